@@ -1,0 +1,158 @@
+"""Start and stop the tritonserver bundled in the nvidia-pytriton wheel, on CPU.
+
+Three things the wheel leaves to its own launcher are done here: the python backend stub for this
+interpreter's version is copied next to the backend, the venv's bin/ goes first on PATH (the stub runs an
+isolated interpreter that ignores PYTHONPATH and finds its site-packages through the python3 on PATH), and
+LD_LIBRARY_PATH points at this interpreter's libpython so the stub links the same build as the venv's stdlib.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL_REPOSITORY = REPO_ROOT / "model_repository"
+
+
+def bundled_server_root() -> Path:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("nvidia-pytriton is not installed; run scripts/bootstrap.sh")
+    root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
+    if not (root / "bin" / "tritonserver").is_file():
+        raise RuntimeError(f"no tritonserver binary under {root}")
+    return root
+
+
+def install_stub() -> Path:
+    """Copy the python backend stub for this interpreter's version next to libtriton_python.so."""
+    root = bundled_server_root()
+    version = "%d.%d" % sys.version_info[:2]
+    source = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    target = root / "backends" / "python" / "triton_python_backend_stub"
+    if not source.is_file():
+        raise RuntimeError(f"the bundled server has no python backend stub for Python {version}")
+    if not target.is_file() or target.read_bytes() != source.read_bytes():
+        shutil.copy2(source, target)
+    return target
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int
+    grpc: int
+    metrics: int
+
+    @classmethod
+    def free(cls) -> "Ports":
+        return cls(free_port(), free_port(), free_port())
+
+
+def server_command(ports: Ports, model_repository: Path = MODEL_REPOSITORY, config_name: str = "cpu") -> list[str]:
+    root = bundled_server_root()
+    return [
+        str(root / "bin" / "tritonserver"),
+        f"--model-repository={model_repository}",
+        f"--backend-directory={root / 'backends'}",
+        f"--model-config-name={config_name}",
+        "--http-address=127.0.0.1", f"--http-port={ports.http}",
+        "--grpc-address=127.0.0.1", f"--grpc-port={ports.grpc}",
+        "--metrics-address=127.0.0.1", f"--metrics-port={ports.metrics}",
+        "--allow-gpu-metrics=false",
+        "--pinned-memory-pool-byte-size=0",
+        "--disable-auto-complete-config",
+    ]
+
+
+def server_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    env.update(extra or {})
+    return env
+
+
+class ServerExited(RuntimeError):
+    """tritonserver stopped before it became ready."""
+
+
+class TritonServer:
+    """One tritonserver process with its log in a file."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, ports: Ports | None = None,
+                 model_repository: Path = MODEL_REPOSITORY, config_name: str = "cpu"):
+        self.ports = ports or Ports.free()
+        self.log_path = log_path
+        self._command = server_command(self.ports, model_repository, config_name)
+        self._env = server_environment(env)
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.ports.http}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.metrics}/metrics"
+
+    def start(self) -> "TritonServer":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        self._process = subprocess.Popen(self._command, env=self._env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        log.close()
+        return self
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait(self, timeout: float) -> int:
+        assert self._process is not None
+        return self._process.wait(timeout)
+
+    def wait_ready(self, timeout: float = 180.0) -> "TritonServer":
+        assert self._process is not None
+        deadline = time.monotonic() + timeout
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            code = self._process.poll()
+            if code is not None:
+                raise ServerExited(f"tritonserver exited with {code} before it was ready; log: {self.log_path}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"tritonserver not ready after {timeout:.0f} s; log: {self.log_path}")
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self._process is None or self._process.poll() is not None:
+            return None if self._process is None else self._process.returncode
+        self._process.terminate()
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            return self._process.wait(timeout)

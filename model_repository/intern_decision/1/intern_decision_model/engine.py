@@ -1,0 +1,196 @@
+"""Startup and per-request scoring around the checkpoint's own DecisionEngine.
+
+start() runs the contract's startup checks in order and refuses to serve (StartupRefused) when one fails:
+snapshot path and inference.py hash (INV-3), the CUDA device and arch list (INV-3), the VRAM cap before the weights
+load (INV-4), a warm-up that scores (INV-3), the prompt-hash check (INV-8) and the vision-tower swap (INV-7).
+answer() scores one predict() request under the CallGuard and adds the prompt hash, prompt version and model facts.
+The prompt and the readout are always the checkpoint's; nothing here re-implements them.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from types import ModuleType
+from typing import Any
+
+from .checkpoint import StartupRefused, load_inference_module, verify_snapshot_path
+from .guard import CallGuard
+from .settings import PINNED_REPO, Settings
+
+log = logging.getLogger("intern_decision.engine")
+
+GIB = 1024 ** 3
+
+# The decision scored at startup: plain, short, and valid under every MAX_TOKENS the real prompt fits in.
+WARMUP_REQUEST = {
+    "state": {"order": "shipped", "customer_request": "refund", "days_since_delivery": 3},
+    "questions": {
+        "q": {
+            "type": "choice",
+            "instructions": "Should the refund be approved?",
+            "criteria": {"approve": "Approve the refund.", "reject": "Reject the refund."},
+        }
+    },
+}
+
+# HFBackend.encode renders the chat template with exactly these arguments.
+TEMPLATE_ARGUMENTS = dict(tokenize=False, add_generation_prompt=False, enable_thinking=False, add_vision_id=True)
+
+
+def set_offline() -> None:
+    """INV-5: nothing may reach a hub. Must run before torch or transformers are imported."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+def render_prompt(module: ModuleType, tokenizer: Any, request: dict) -> str:
+    """The chat-template text predict() tokenises for this request, from the checkpoint's own functions."""
+    compiled = module.compile_row(module.validate_request(request))
+    return tokenizer.apply_chat_template(compiled.messages, **TEMPLATE_ARGUMENTS)
+
+
+def count_tokens(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def scored_part(result: dict) -> dict:
+    """What must be bit-identical between two scorings of one request (timing is not)."""
+    return {key: result.get(key) for key in ("answers", "usage", "calibration")}
+
+
+def vision_stub(torch: Any) -> Any:
+    class VisionTowerRemoved(torch.nn.Module):
+        """Stands where model.model.visual was; this service takes no images."""
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("the vision tower was removed at startup (INTERN_DECISION_KEEP_VISION=0)")
+
+    return VisionTowerRemoved()
+
+
+def check_cuda(torch: Any, device: str) -> None:
+    if not torch.cuda.is_available():
+        raise StartupRefused(f"CUDA check failed: {device} was asked for and torch sees no CUDA device "
+                             f"(set INTERN_DECISION_DEVICE=cpu explicitly to run on the CPU)")
+    major, minor = torch.cuda.get_device_capability(device)
+    arch = f"sm_{major}{minor}"
+    arch_list = list(torch.cuda.get_arch_list())
+    if arch not in arch_list:
+        raise StartupRefused(f"CUDA check failed: the card is {arch} and torch was built for {arch_list}")
+
+
+def apply_vram_cap(torch: Any, device: str, cap_gib: float | None) -> None:
+    if cap_gib is None:
+        return
+    if not device.startswith("cuda"):
+        raise StartupRefused("VRAM cap check failed: INTERN_DECISION_VRAM_CAP_GIB is set but the device is the CPU")
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = cap_gib * GIB / total
+    if fraction > 1:
+        raise StartupRefused(f"VRAM cap check failed: {cap_gib} GiB is more than the card's {total / GIB:.1f} GiB")
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+
+
+class ServingEngine:
+    def __init__(self, settings: Settings, device: str, module: ModuleType, engine: Any, guard: CallGuard,
+                 facts: dict):
+        self.settings = settings
+        self.device = device
+        self._module = module
+        self._engine = engine
+        self._guard = guard
+        self.facts = facts
+
+    @classmethod
+    def start(cls, settings: Settings, device: str, torch: Any = None) -> "ServingEngine":
+        set_offline()
+        verify_snapshot_path(settings.checkpoint, settings.revision)
+        module = load_inference_module(settings.checkpoint, settings.inference_sha256)
+        if torch is None:
+            import torch
+        if device != "cpu":
+            check_cuda(torch, device)
+        apply_vram_cap(torch, device, settings.vram_cap_gib)
+        engine = module.DecisionEngine(checkpoint=str(settings.checkpoint), max_length=settings.max_tokens,
+                                       device=device, dtype=settings.dtype)
+        model = engine.backend.model
+        if device != "cpu":
+            placed = next(model.parameters()).device
+            if placed.type != "cuda":
+                raise StartupRefused(f"CUDA check failed: the model's weights are on {placed}, not on {device}")
+        guard = CallGuard(torch, device, settings.release_slack_bytes)
+
+        first = cls._warm_up(engine)
+        cls._check_prompt_hash(module, engine.tokenizer, first)
+        vision = "kept"
+        if not settings.keep_vision:
+            model.model.visual = vision_stub(torch)
+            guard.release()
+            second = cls._warm_up(engine)
+            if scored_part(second) != scored_part(first):
+                raise StartupRefused("vision-tower check failed: the warm-up scored differently without the tower "
+                                     f"({scored_part(first)} before, {scored_part(second)} after)")
+            vision = "removed"
+        guard.mark_baseline()
+
+        facts = {
+            "name": module.MODEL_NAME,
+            "repo": PINNED_REPO,
+            "revision": settings.revision,
+            "inference_sha256": settings.inference_sha256,
+            "prompt_version": settings.prompt_version,
+            "dtype": settings.dtype,
+            "device": device,
+            "vram_cap_gib": settings.vram_cap_gib,
+            "max_tokens": settings.max_tokens,
+            "vision_tower": vision,
+        }
+        log.info("serving %s", " ".join(f"{key}={value}" for key, value in facts.items()))
+        return cls(settings, device, module, engine, guard, facts)
+
+    @staticmethod
+    def _warm_up(engine: Any) -> dict:
+        try:
+            result = engine.predict(WARMUP_REQUEST)
+        except Exception as exc:
+            raise StartupRefused(f"warm-up check failed: the warm-up decision did not score: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        answer = (result.get("answers") or {}).get("q") or {}
+        if set(answer.get("probabilities") or {}) != set(WARMUP_REQUEST["questions"]["q"]["criteria"]):
+            raise StartupRefused(f"warm-up check failed: the warm-up answer has no probabilities per option: {result}")
+        return result
+
+    @staticmethod
+    def _check_prompt_hash(module: ModuleType, tokenizer: Any, warm_up: dict) -> None:
+        text = render_prompt(module, tokenizer, WARMUP_REQUEST)
+        counted = count_tokens(tokenizer, text)
+        reported = warm_up["usage"]["input_tokens"]
+        if counted != reported:
+            raise StartupRefused(f"prompt-hash check failed: the rendered prompt is {counted} tokens, "
+                                 f"predict() reported {reported}; refusing to hash a prompt the model never saw")
+
+    @property
+    def memory(self) -> tuple[int, int]:
+        """(reserved, allocated) bytes on the device; 0 on the CPU."""
+        return self._guard.reserved_bytes(), self._guard.allocated_bytes()
+
+    def answer(self, request: dict) -> dict:
+        """predict()'s output unchanged, plus prompt_sha256, prompt_version and the model facts."""
+        return self._guard.call(self._score, request)
+
+    def _score(self, request: dict) -> dict:
+        result = self._engine.predict(request)
+        prompt = render_prompt(self._module, self._engine.tokenizer, request)
+        result["prompt_sha256"] = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+        result["prompt_version"] = self.settings.prompt_version
+        result["model_facts"] = {key: self.facts[key] for key in
+                                 ("name", "repo", "revision", "inference_sha256", "dtype", "device")}
+        return result
+
+    def close(self) -> None:
+        self._engine = None
+        self._guard.release()
+
+
+__all__ = ["ServingEngine", "StartupRefused", "WARMUP_REQUEST", "render_prompt"]

@@ -1,0 +1,95 @@
+"""One predict() call with the contract's failure handling and memory release (INV-4).
+
+An out-of-memory error, or a RuntimeError whose first line says "out of memory", becomes OutOfMemory; any other
+failure except ValueError is logged with its traceback and becomes ScoringFailed. Both are raised unchained, after
+the failed call's frames are gone, gc.collect() has run and the CUDA cache is emptied. ValueError (the model's
+validation) passes through. After every call, reserved memory more than the slack above the post-warm-up baseline
+is released. Every torch.cuda call is guarded by the device, so the same code runs on a CPU-only torch.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import traceback
+from typing import Any, Callable
+
+log = logging.getLogger("intern_decision.guard")
+
+
+class OutOfMemory(Exception):
+    """The device ran out of memory during a call; the process has released what it could and keeps serving."""
+
+
+class ScoringFailed(Exception):
+    """Any other failure of a call, except the model's ValueError."""
+
+
+def is_out_of_memory(exc: BaseException, torch: Any) -> bool:
+    oom_type = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).split("\n", 1)[0]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).split("\n", 1)[0].strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class CallGuard:
+    def __init__(self, torch: Any, device: str, release_slack_bytes: int):
+        self._torch = torch
+        self._device = device
+        self._slack = release_slack_bytes
+        self._baseline: int | None = None
+
+    @property
+    def on_cuda(self) -> bool:
+        return self._device.startswith("cuda")
+
+    @property
+    def baseline(self) -> int | None:
+        return self._baseline
+
+    def reserved_bytes(self) -> int:
+        return int(self._torch.cuda.memory_reserved(self._device)) if self.on_cuda else 0
+
+    def allocated_bytes(self) -> int:
+        return int(self._torch.cuda.memory_allocated(self._device)) if self.on_cuda else 0
+
+    def mark_baseline(self) -> None:
+        self._baseline = self.reserved_bytes()
+
+    def release(self) -> None:
+        gc.collect()
+        if self.on_cuda:
+            self._torch.cuda.empty_cache()
+
+    def trim(self) -> None:
+        """Empty the cache when a call left reserved memory more than the slack above the baseline."""
+        if self.on_cuda and self._baseline is not None:
+            if self.reserved_bytes() - self._baseline > self._slack:
+                self._torch.cuda.empty_cache()
+
+    def call(self, fn: Callable[[Any], Any], argument: Any) -> Any:
+        try:
+            result = fn(argument)
+        except ValueError:
+            self.trim()
+            raise
+        except Exception as exc:
+            failure = self._translate(exc)
+        else:
+            self.trim()
+            return result
+        # Leaving the except clause dropped the last reference to the exception, its traceback and so the failed
+        # call's frames and tensors; only now can the allocator give their memory back.
+        self.release()
+        raise failure from None
+
+    def _translate(self, exc: Exception) -> Exception:
+        if is_out_of_memory(exc, self._torch):
+            log.warning("out of memory: %s", _first_line(exc))
+            return OutOfMemory(_first_line(exc))
+        log.error("scoring failed:\n%s", "".join(traceback.format_exception(exc)))
+        return ScoringFailed(_first_line(exc))

@@ -1,0 +1,126 @@
+"""Model-side configuration, read once from the environment and validated; a bad value is a ValueError naming it."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+PREFIX = "INTERN_DECISION_"
+
+PINNED_REPO = "internlm/Intern-Decision-4B"
+PINNED_REVISION = "0e5e6aa7d6d750e2b1504ba11a8136cb58aeb3cd"
+PINNED_INFERENCE_SHA256 = "c904e2c67ca0775621a22375ee373d2ba30b52117cda870c6c9ef74143b29863"
+HF_CACHE_ROOT = Path("/hf/hub")
+
+DTYPES = ("bfloat16", "float16", "float32")
+_DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?")
+_REVISION = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True)
+class Settings:
+    checkpoint: Path
+    revision: str
+    inference_sha256: str
+    device: str
+    dtype: str
+    vram_cap_gib: float | None
+    max_tokens: int
+    release_slack_mib: int
+    keep_vision: bool
+
+    @property
+    def release_slack_bytes(self) -> int:
+        return self.release_slack_mib * 1024 * 1024
+
+    @property
+    def prompt_version(self) -> str:
+        """Names the pinned inference.py that builds the prompt and the readout."""
+        return f"inference.py@sha256:{self.inference_sha256[:16]}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "Settings":
+        revision = _pattern(env, "REVISION", _REVISION, PINNED_REVISION, "40 lowercase hex characters")
+        default_checkpoint = HF_CACHE_ROOT / ("models--" + PINNED_REPO.replace("/", "--")) / "snapshots" / revision
+        checkpoint = Path(_get(env, "CHECKPOINT") or default_checkpoint)
+        if not checkpoint.is_absolute():
+            raise ValueError(f"{PREFIX}CHECKPOINT must be an absolute path, got {str(checkpoint)!r}")
+        device = _get(env, "DEVICE") or "cuda"
+        if not _DEVICE.fullmatch(device):
+            raise ValueError(f"{PREFIX}DEVICE must be cpu, cuda or cuda:N, got {device!r}")
+        dtype = _get(env, "DTYPE") or "bfloat16"
+        if dtype not in DTYPES:
+            raise ValueError(f"{PREFIX}DTYPE must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        return cls(
+            checkpoint=checkpoint,
+            revision=revision,
+            inference_sha256=_pattern(env, "INFERENCE_SHA256", _SHA256, PINNED_INFERENCE_SHA256,
+                                      "64 lowercase hex characters"),
+            device=device,
+            dtype=dtype,
+            vram_cap_gib=_cap(env),
+            max_tokens=_integer(env, "MAX_TOKENS", 8192, minimum=1),
+            release_slack_mib=_integer(env, "RELEASE_SLACK_MIB", 512, minimum=0),
+            keep_vision=_flag(env, "KEEP_VISION"),
+        )
+
+
+def _get(env: Mapping[str, str], name: str) -> str:
+    return env.get(PREFIX + name, "")
+
+
+def _pattern(env: Mapping[str, str], name: str, pattern: re.Pattern, default: str, what: str) -> str:
+    value = _get(env, name) or default
+    if not pattern.fullmatch(value):
+        raise ValueError(f"{PREFIX}{name} must be {what}, got {value!r}")
+    return value
+
+
+def _integer(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = _get(env, name)
+    if raw == "":
+        return default
+    if not _DIGITS.fullmatch(raw) or int(raw) < minimum:
+        raise ValueError(f"{PREFIX}{name} must be an integer >= {minimum}, got {raw!r}")
+    return int(raw)
+
+
+def _cap(env: Mapping[str, str]) -> float | None:
+    raw = _get(env, "VRAM_CAP_GIB")
+    if raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{PREFIX}VRAM_CAP_GIB must be a finite number > 0 (GiB), got {raw!r}")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = _get(env, name) or "0"
+    if raw not in ("0", "1"):
+        raise ValueError(f"{PREFIX}{name} must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
+def instance_device(configured: str, instance_kind: str, device_id: int | str) -> str:
+    """The torch device for this Triton model instance; refuses a mismatch between the config and the env."""
+    if instance_kind == "CPU":
+        if configured != "cpu":
+            raise ValueError(f"{PREFIX}DEVICE is {configured!r} but the model instance is KIND_CPU; "
+                             f"a CPU run must set {PREFIX}DEVICE=cpu explicitly")
+        return "cpu"
+    if instance_kind == "GPU":
+        assigned = f"cuda:{device_id}"
+        if configured == "cuda":
+            return assigned
+        if configured != assigned:
+            raise ValueError(f"{PREFIX}DEVICE is {configured!r} but Triton placed this instance on {assigned}")
+        return assigned
+    return configured
