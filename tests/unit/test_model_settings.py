@@ -1,0 +1,70 @@
+"""Model-side configuration: defaults, and every value validated with a ValueError naming the variable."""
+from pathlib import Path
+
+import pytest
+
+from intern_decision_model.settings import (PINNED_INFERENCE_SHA256, PINNED_REVISION, Settings, instance_device)
+
+
+def test_defaults_are_the_pins_and_the_contract_limits():
+    settings = Settings.from_env({})
+    assert settings.revision == PINNED_REVISION == "0e5e6aa7d6d750e2b1504ba11a8136cb58aeb3cd"
+    assert settings.inference_sha256 == PINNED_INFERENCE_SHA256
+    assert settings.checkpoint == Path(f"/hf/hub/models--internlm--Intern-Decision-4B/snapshots/{PINNED_REVISION}")
+    assert (settings.device, settings.dtype, settings.vram_cap_gib) == ("cuda", "bfloat16", None)
+    assert (settings.max_tokens, settings.release_slack_mib, settings.keep_vision) == (8192, 512, False)
+    assert settings.release_slack_bytes == 512 * 1024 * 1024
+
+
+def test_the_default_checkpoint_follows_an_explicit_revision():
+    settings = Settings.from_env({"INTERN_DECISION_REVISION": "a" * 40})
+    assert settings.checkpoint.name == "a" * 40
+
+
+def test_explicit_values_are_taken():
+    settings = Settings.from_env({
+        "INTERN_DECISION_CHECKPOINT": "/data/snap", "INTERN_DECISION_DEVICE": "cuda:1",
+        "INTERN_DECISION_DTYPE": "float32", "INTERN_DECISION_VRAM_CAP_GIB": "35.5",
+        "INTERN_DECISION_MAX_TOKENS": "4096", "INTERN_DECISION_RELEASE_SLACK_MIB": "0",
+        "INTERN_DECISION_KEEP_VISION": "1", "INTERN_DECISION_INFERENCE_SHA256": "b" * 64,
+    })
+    assert settings.checkpoint == Path("/data/snap") and settings.device == "cuda:1"
+    assert settings.vram_cap_gib == 35.5 and settings.max_tokens == 4096 and settings.release_slack_mib == 0
+    assert settings.keep_vision and settings.inference_sha256 == "b" * 64 and settings.dtype == "float32"
+
+
+@pytest.mark.parametrize("name, value", [
+    ("VRAM_CAP_GIB", "0"), ("VRAM_CAP_GIB", "-1"), ("VRAM_CAP_GIB", "nan"), ("VRAM_CAP_GIB", "inf"),
+    ("VRAM_CAP_GIB", "lots"),
+    ("MAX_TOKENS", "0"), ("MAX_TOKENS", "-5"), ("MAX_TOKENS", "1e3"), ("MAX_TOKENS", "8k"), ("MAX_TOKENS", " 9"),
+    ("MAX_TOKENS", "４"),
+    ("RELEASE_SLACK_MIB", "-1"), ("RELEASE_SLACK_MIB", "1.5"),
+    ("KEEP_VISION", "yes"), ("KEEP_VISION", "2"), ("KEEP_VISION", "true"),
+    ("DEVICE", "gpu"), ("DEVICE", "cuda:"), ("DEVICE", "CPU"), ("DEVICE", "mps"),
+    ("DTYPE", "fp16"), ("DTYPE", "int8"),
+    ("REVISION", "main"), ("REVISION", "0E5E6AA7D6D750E2B1504BA11A8136CB58AEB3CD"),
+    ("INFERENCE_SHA256", "c904"), ("INFERENCE_SHA256", "z" * 64),
+    ("CHECKPOINT", "relative/snapshots/x"),
+])
+def test_a_bad_value_is_refused_naming_the_variable(name, value):
+    with pytest.raises(ValueError, match=f"INTERN_DECISION_{name} "):
+        Settings.from_env({f"INTERN_DECISION_{name}": value})
+
+
+def test_prompt_version_names_the_pinned_inference_file():
+    assert Settings.from_env({}).prompt_version == "inference.py@sha256:c904e2c67ca07756"
+
+
+def test_cpu_instance_needs_device_cpu_set_explicitly():
+    assert instance_device("cpu", "CPU", 0) == "cpu"
+    with pytest.raises(ValueError, match="INTERN_DECISION_DEVICE=cpu explicitly"):
+        instance_device("cuda", "CPU", 0)
+
+
+def test_gpu_instance_takes_the_device_triton_assigned():
+    assert instance_device("cuda", "GPU", 1) == "cuda:1"
+    assert instance_device("cuda:1", "GPU", 1) == "cuda:1"
+    with pytest.raises(ValueError, match="Triton placed this instance on cuda:1"):
+        instance_device("cuda:0", "GPU", 1)
+    with pytest.raises(ValueError, match="Triton placed this instance on cuda:0"):
+        instance_device("cpu", "GPU", 0)
