@@ -1,0 +1,34 @@
+"""Real servers for the integration tests: the fixture checkpoint, a tritonserver on CPU on free ports."""
+from __future__ import annotations
+
+import pytest
+
+from devstack.fixture import FixturePins, build_fixture
+from devstack.triton import TritonServer
+
+# Small enough that an over-limit request is cheap to build, large enough for every test's prompt.
+TEST_MAX_TOKENS = 1024
+
+
+@pytest.fixture(scope="session")
+def fixture_pins(tmp_path_factory) -> FixturePins:
+    return build_fixture(tmp_path_factory.mktemp("hf-cache"))
+
+
+def model_env(pins: FixturePins, **overrides: str) -> dict[str, str]:
+    env = pins.env()
+    env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32",
+                "INTERN_DECISION_MAX_TOKENS": str(TEST_MAX_TOKENS)})
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture(scope="session")
+def triton(fixture_pins, tmp_path_factory) -> TritonServer:
+    server = TritonServer(model_env(fixture_pins), tmp_path_factory.mktemp("triton") / "tritonserver.log")
+    server.start()
+    try:
+        server.wait_ready(timeout=240)
+        yield server
+    finally:
+        server.stop()

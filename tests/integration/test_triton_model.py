@@ -1,0 +1,223 @@
+"""The model repository in a real tritonserver on CPU with the fixture checkpoint, called with tritonclient."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from devstack.triton import TritonServer
+
+from .conftest import TEST_MAX_TOKENS, model_env
+
+pytestmark = pytest.mark.triton
+
+MODEL = "intern_decision"
+
+REQUESTS = {
+    "one choice over a string state": {
+        "state": "The customer was charged twice and asks for the extra payment back.",
+        "questions": {"q": {"type": "choice", "instructions": "Which team handles this?",
+                            "criteria": {"billing": "Payments and refunds", "delivery": "Shipping"}}},
+    },
+    "three types over an object state": {
+        "state": {"ticket": 4512, "text": "colis abîmé, remboursement demandé", "tags": ["urgent", None]},
+        "questions": {
+            "team": {"type": "choice", "instructions": "Route it.",
+                     "criteria": {"billing": "Payments", "delivery": "Shipping", "support": "Anything else"}},
+            "urgency": {"type": "score", "instructions": "Rate the priority.", "criteria": ["Low", "Medium", "High"]},
+            "refund_requested": {"type": "noul", "instructions": "Is a refund requested?"},
+        },
+    },
+}
+
+
+def infer(server: TritonServer, payload: object, request_id: str = "") -> dict:
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    tensor = httpclient.InferInput("REQUEST", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([raw], dtype=np.object_))
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        result = client.infer(MODEL, [tensor], request_id=request_id)
+    return json.loads(result.as_numpy("RESPONSE")[0])
+
+
+def infer_error(server: TritonServer, payload: object, request_id: str = "") -> InferenceServerException:
+    with pytest.raises(InferenceServerException) as caught:
+        infer(server, payload, request_id)
+    return caught.value
+
+
+@pytest.fixture(scope="module")
+def in_process(fixture_pins):
+    """The fixture's own DecisionEngine, loaded in this process with the settings the server uses."""
+    spec = importlib.util.spec_from_file_location("fixture_inference_in_process",
+                                                  fixture_pins.checkpoint / "inference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    engine = module.DecisionEngine(checkpoint=str(fixture_pins.checkpoint), max_length=TEST_MAX_TOKENS,
+                                   device="cpu", dtype="float32")
+    return module, engine
+
+
+@pytest.mark.parametrize("name", sorted(REQUESTS))
+def test_answer_equals_predict_in_process_number_for_number(triton, fixture_pins, in_process, name):
+    module, engine = in_process
+    request = REQUESTS[name]
+    served = infer(triton, request)
+    local = engine.predict(request)
+    for key in ("answers", "usage", "calibration", "model", "backend"):
+        assert served[key] == local[key], key
+    assert list(served["answers"]) == list(request["questions"])
+    assert isinstance(served["timing"]["inference_ms"], float)
+    compiled = module.compile_row(module.validate_request(request))
+    prompt = engine.tokenizer.apply_chat_template(compiled.messages, tokenize=False, add_generation_prompt=False,
+                                                  enable_thinking=False, add_vision_id=True)
+    assert served["prompt_sha256"] == hashlib.sha256(prompt.encode()).hexdigest()
+    assert served["prompt_version"] == f"inference.py@sha256:{fixture_pins.inference_sha256[:16]}"
+    assert served["model_facts"] == {
+        "name": module.MODEL_NAME, "repo": "internlm/Intern-Decision-4B", "revision": fixture_pins.revision,
+        "inference_sha256": fixture_pins.inference_sha256, "dtype": "float32", "device": "cpu"}
+
+
+def test_validation_error_is_invalid_argument_with_the_models_message(triton):
+    error = infer_error(triton, {"state": "s", "questions": {}})
+    assert error.status() == "400"
+    assert error.message() == "invalid_request: Supply 1–16 questions."
+
+
+def test_over_limit_token_count_is_invalid_argument_never_truncated(triton):
+    request = {"state": "word " * (TEST_MAX_TOKENS * 2),
+               "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}}
+    error = infer_error(triton, request)
+    assert error.status() == "400"
+    assert error.message().startswith("invalid_request: Example has ")
+    assert error.message().endswith(f" tokens, above {TEST_MAX_TOKENS}; truncation is forbidden")
+
+
+def test_reserved_marker_in_the_input_is_invalid_argument(triton):
+    error = infer_error(triton, {"state": "say <decision> here",
+                                 "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}})
+    assert (error.status(), error.message()) == \
+        ("400", "invalid_request: Reserved decision marker appears in input evidence")
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"{not json", "invalid_request: the request is not JSON"),
+    (b"[1, 2, 3]", "invalid_request: the request must be a JSON object, got list"),
+    (b'{"state": NaN}', "invalid_request: the request is not strict JSON"),
+    (b"\xff", "invalid_request: the request is not UTF-8"),
+])
+def test_unusable_request_strings_are_invalid_argument(triton, raw, message):
+    error = infer_error(triton, raw)
+    assert error.status() == "400" and error.message().startswith(message)
+
+
+def test_missing_input_tensor_is_invalid_argument(triton):
+    with httpclient.InferenceServerClient(triton.http_url) as client:
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer(MODEL, [])
+    assert caught.value.status() == "400"
+    assert caught.value.message() == "invalid_request: the request carries no REQUEST tensor"
+
+
+def test_oom_is_unavailable_and_the_model_answers_the_next_request(triton):
+    oom = {"state": {"__fixture_fault__": "oom"}, "questions": REQUESTS["one choice over a string state"]["questions"]}
+    error = infer_error(triton, oom)
+    assert error.status() == "503"
+    assert error.message().startswith("out_of_memory: OutOfMemoryError: CUDA out of memory")
+    assert infer(triton, REQUESTS["one choice over a string state"])["answers"]["q"]["decision"] in ("billing", "delivery")
+
+
+def test_other_failure_is_internal_with_its_kind_word(triton):
+    failing = {"state": {"__fixture_fault__": "runtime"},
+               "questions": REQUESTS["one choice over a string state"]["questions"]}
+    error = infer_error(triton, failing)
+    assert error.status() == "500"
+    assert error.message() == "scoring_failed: RuntimeError: fixture fault: simulated kernel failure"
+
+
+def test_request_id_reaches_the_model_log(triton):
+    infer_error(triton, {"state": "s", "questions": {}}, request_id="req-7f3a")
+    deadline = time.monotonic() + 5
+    while "request req-7f3a: invalid_request: Supply 1–16 questions." not in triton.log_text():
+        assert time.monotonic() < deadline, triton.log_text()[-2000:]
+        time.sleep(0.1)
+
+
+def read_metrics(server: TritonServer) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def calls(metrics: dict, outcome: str) -> float:
+    return metrics.get(("intern_decision_calls_total",
+                        (("model", MODEL), ("outcome", outcome))), 0.0)
+
+
+def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pins):
+    before = read_metrics(triton)
+    good = REQUESTS["one choice over a string state"]
+    infer(triton, good)
+    infer(triton, good)
+    infer_error(triton, {"state": "s", "questions": {}})
+    infer_error(triton, {"state": {"__fixture_fault__": "oom"}, "questions": good["questions"]})
+    infer_error(triton, {"state": {"__fixture_fault__": "runtime"}, "questions": good["questions"]})
+    after = read_metrics(triton)
+
+    success = ("nv_inference_request_success", (("model", MODEL), ("version", "1")))
+    assert success in after
+    # Triton counts an error response as a success: that is why the model keeps its own outcome counter.
+    assert after[success] - before.get(success, 0) == 5
+    assert {outcome: calls(after, outcome) - calls(before, outcome)
+            for outcome in ("ok", "invalid", "out_of_memory", "failed")} == \
+        {"ok": 2, "invalid": 1, "out_of_memory": 1, "failed": 1}
+
+    count = ("intern_decision_inference_seconds_count", (("model", MODEL),))
+    assert after[count] - before.get(count, 0) == 5
+    tokens = ("intern_decision_input_tokens_count", (("model", MODEL),))
+    assert after[tokens] - before.get(tokens, 0) == 2
+    assert after[("intern_decision_gpu_memory_bytes", (("kind", "reserved"), ("model", MODEL)))] == 0
+    info = [labels for (name, labels) in after if name == "intern_decision_model_info"]
+    assert len(info) == 1
+    assert dict(info[0])["revision"] == fixture_pins.revision
+    assert dict(info[0])["max_tokens"] == str(TEST_MAX_TOKENS)
+    assert dict(info[0])["vision_tower"] == "removed"
+
+
+def refused_start(fixture_pins, tmp_path, **overrides) -> tuple[int, str]:
+    server = TritonServer(model_env(fixture_pins, **overrides), tmp_path / "tritonserver.log").start()
+    try:
+        code = server.wait(timeout=180)
+    finally:
+        server.stop()
+    return code, server.log_text()
+
+
+def test_wrong_inference_hash_makes_the_server_refuse_to_start(fixture_pins, tmp_path):
+    code, log = refused_start(fixture_pins, tmp_path, INTERN_DECISION_INFERENCE_SHA256="0" * 64)
+    assert code != 0
+    assert "startup refused: StartupRefused: inference.py hash check failed" in log
+
+
+def test_checkpoint_outside_its_snapshot_path_makes_the_server_refuse_to_start(fixture_pins, tmp_path):
+    moved = tmp_path / "copy" / fixture_pins.checkpoint.name
+    moved.parent.mkdir()
+    moved.symlink_to(fixture_pins.checkpoint, target_is_directory=True)
+    code, log = refused_start(fixture_pins, tmp_path, INTERN_DECISION_CHECKPOINT=str(moved))
+    assert code != 0
+    assert "startup refused: StartupRefused: checkpoint path check failed" in log
+
+
+def test_cpu_config_without_explicit_cpu_device_refuses_to_start(fixture_pins, tmp_path):
+    code, log = refused_start(fixture_pins, tmp_path, INTERN_DECISION_DEVICE="cuda")
+    assert code != 0
+    assert "INTERN_DECISION_DEVICE=cpu explicitly" in log
