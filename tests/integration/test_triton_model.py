@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import sys
 import time
 import urllib.request
 
@@ -60,6 +61,7 @@ def in_process(fixture_pins):
     spec = importlib.util.spec_from_file_location("fixture_inference_in_process",
                                                   fixture_pins.checkpoint / "inference.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     engine = module.DecisionEngine(checkpoint=str(fixture_pins.checkpoint), max_length=TEST_MAX_TOKENS,
                                    device="cpu", dtype="float32")
@@ -151,11 +153,15 @@ def test_request_id_reaches_the_model_log(triton):
         time.sleep(0.1)
 
 
-def read_metrics(server: TritonServer) -> dict[tuple[str, tuple], float]:
+def metrics_text(server: TritonServer) -> str:
     with urllib.request.urlopen(server.metrics_url, timeout=5) as response:
-        text = response.read().decode()
+        return response.read().decode()
+
+
+def read_metrics(server: TritonServer) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value}; the parser names counter samples with a _total suffix."""
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+            for family in text_string_to_metric_families(metrics_text(server)) for sample in family.samples}
 
 
 def calls(metrics: dict, outcome: str) -> float:
@@ -173,8 +179,8 @@ def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pin
     infer_error(triton, {"state": {"__fixture_fault__": "runtime"}, "questions": good["questions"]})
     after = read_metrics(triton)
 
-    success = ("nv_inference_request_success", (("model", MODEL), ("version", "1")))
-    assert success in after
+    assert f'nv_inference_request_success{{model="{MODEL}",version="1"}}' in metrics_text(triton)
+    success = ("nv_inference_request_success_total", (("model", MODEL), ("version", "1")))
     # Triton counts an error response as a success: that is why the model keeps its own outcome counter.
     assert after[success] - before.get(success, 0) == 5
     assert {outcome: calls(after, outcome) - calls(before, outcome)

@@ -21,11 +21,14 @@ from intern_decision_model.engine import ServingEngine  # noqa: E402
 from intern_decision_model.metrics import ModelMetrics  # noqa: E402
 from intern_decision_model.settings import Settings, instance_device  # noqa: E402
 
-TRITON_CODES = {
-    protocol.Kind.INVALID: pb_utils.TritonError.INVALID_ARG,
-    protocol.Kind.OUT_OF_MEMORY: pb_utils.TritonError.UNAVAILABLE,
-    protocol.Kind.FAILED: pb_utils.TritonError.INTERNAL,
-}
+
+def _triton_codes() -> dict:
+    # pb_utils.TritonError exists only once the stub has started, not while this file is imported.
+    return {
+        protocol.Kind.INVALID: pb_utils.TritonError.INVALID_ARG,
+        protocol.Kind.OUT_OF_MEMORY: pb_utils.TritonError.UNAVAILABLE,
+        protocol.Kind.FAILED: pb_utils.TritonError.INTERNAL,
+    }
 
 
 class _TritonLogHandler(logging.Handler):
@@ -64,6 +67,7 @@ class TritonPythonModel:
             log.error("startup refused: %s: %s", type(exc).__name__, exc)
             raise
         self._metrics = ModelMetrics(pb_utils, args["model_name"], self._engine.facts)
+        self._codes = _triton_codes()
 
     def execute(self, requests):
         return [self._respond(request) for request in requests]
@@ -84,7 +88,7 @@ class TritonPythonModel:
             log.warning("request %s: %s", request_id, message)
             self._metrics.record(kind.outcome, time.perf_counter() - started, tokens, self._engine.memory)
             return pb_utils.InferenceResponse(output_tensors=[],
-                                              error=pb_utils.TritonError(message, TRITON_CODES[kind]))
+                                              error=pb_utils.TritonError(message, self._codes[kind]))
         self._metrics.record("ok", time.perf_counter() - started, tokens, self._engine.memory)
         output = pb_utils.Tensor("RESPONSE", np.array([body], dtype=np.object_))
         return pb_utils.InferenceResponse(output_tensors=[output])
