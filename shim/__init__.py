@@ -1,0 +1,12 @@
+"""The HTTP side of intern-decision-serve: semif-serve's surface on top of Triton.
+
+settings    configuration from INTERN_DECISION_* (validated, fail closed)
+validation  the semif request bodies, checked and turned into decisions      (pure)
+planning    decisions -> orderings -> waves -> calls of at most 16 questions (pure)
+combining   per-ordering results and the averaged view                        (pure)
+errors      the error envelope and the mapping of Triton's errors            (pure)
+triton      the calls to Triton over tritonclient's asyncio HTTP client      (I/O)
+middleware  auth, admission and the body limit as pure ASGI middleware       (I/O)
+service     one request's calls under the process-wide lock                  (I/O)
+app         the Starlette application and its routes                         (I/O)
+"""

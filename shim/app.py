@@ -1,0 +1,120 @@
+"""The Starlette application: GET /health, POST /decide, POST /decide/shared, every error in the envelope."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import uuid
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .combining import IncompleteAnswer
+from .errors import ApiError, envelope
+from .middleware import PostGuard
+from .planning import CHUNKING, MAX_QUESTIONS_PER_CALL
+from .service import DecisionService
+from .settings import ShimSettings
+from .triton import TritonModel
+from .validation import InvalidRequest, decide_body, parse_json, shared_body
+
+log = logging.getLogger("intern_decision.shim")
+
+REQUEST_ID_HEADER = "x-request-id"
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
+
+
+def request_id_of(request: Request) -> str:
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
+def json_response(content: Any, request_id: str, status: int = 200) -> JSONResponse:
+    return JSONResponse(content, status_code=status, headers={"X-Request-Id": request_id})
+
+
+def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
+    """model: anything with TritonModel's async predict/ready/facts/open/close (a fake in unit tests)."""
+    model = model if model is not None else TritonModel(settings)
+    service = DecisionService(model, settings.max_decisions)
+    cached_facts: dict = {}
+
+    async def health(request: Request) -> JSONResponse:
+        not_ready = await model.ready()
+        if not_ready is None and not cached_facts:
+            try:
+                cached_facts.update(await model.facts())
+            except ApiError as exc:
+                not_ready = exc.message
+        if not_ready is not None:
+            cached_facts.clear()  # a reloaded model may bring other pins
+            body = {"status": "unavailable", **envelope("model_unavailable", not_ready)}
+            return JSONResponse(body, status_code=503)
+        return JSONResponse({
+            "status": "ok",
+            "model": {key: value for key, value in cached_facts.items() if key not in ("vram_cap_gib", "max_tokens")},
+            "vram_cap_gib": cached_facts["vram_cap_gib"],
+            "max_tokens": cached_facts["max_tokens"],
+            "max_decisions": settings.max_decisions,
+            "max_questions_per_call": MAX_QUESTIONS_PER_CALL,
+            "chunking": CHUNKING,
+            "workloads": [],
+        })
+
+    async def decide(request: Request) -> JSONResponse:
+        request_id = request_id_of(request)
+        state, decision = decide_body(parse_json(await request.body()))
+        return json_response(await service.decide(state, decision, request_id), request_id)
+
+    async def decide_shared(request: Request) -> JSONResponse:
+        request_id = request_id_of(request)
+        state, decisions = shared_body(parse_json(await request.body()))
+        return json_response(await service.decide_shared(state, decisions, request_id), request_id)
+
+    async def invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
+        return JSONResponse(envelope("invalid_request", str(exc)), status_code=422)
+
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        if exc.status >= 500:
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse(envelope(exc.code, exc.message), status_code=exc.status)
+
+    async def incomplete_answer(request: Request, exc: IncompleteAnswer) -> JSONResponse:
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse(envelope("scoring_failed", str(exc)), status_code=500)
+
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        code = HTTP_CODES.get(exc.status_code, "http_error")
+        return JSONResponse(envelope(code, exc.detail), status_code=exc.status_code, headers=exc.headers)
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s: failed while building the response", request.method, request.url.path)
+        return JSONResponse(envelope("scoring_failed", f"failed while building the response: "
+                                                       f"{type(exc).__name__}"), status_code=500)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        await model.open()
+        try:
+            yield
+        finally:
+            await model.close()
+
+    return Starlette(
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/decide", decide, methods=["POST"]),
+            Route("/decide/shared", decide_shared, methods=["POST"]),
+        ],
+        middleware=[Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
+                               max_body_bytes=settings.max_body_bytes)],
+        exception_handlers={InvalidRequest: invalid_request, ApiError: api_error, IncompleteAnswer: incomplete_answer,
+                            HTTPException: http_error, Exception: unexpected},
+        lifespan=lifespan,
+    )

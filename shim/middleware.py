@@ -1,0 +1,102 @@
+"""Auth, admission and the body limit, as pure ASGI middleware in the contract's order for a POST:
+
+1. auth (401) from the headers alone, so an unauthenticated request never takes a queue slot;
+2. admission (429) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
+3. the body (413), counted as it arrives, chunked bodies included; a declared Content-Length is trusted only
+   when it is ASCII digits, and then refuses early;
+4. the app (validation and scoring) gets the counted body replayed.
+"""
+from __future__ import annotations
+
+import hmac
+import re
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import envelope
+
+_ASCII_DIGITS = re.compile(rb"[0-9]+")
+
+
+def bearer_matches(headers: list[tuple[bytes, bytes]], token: bytes) -> bool:
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, credentials = value.strip().partition(b" ")
+            return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token)
+    return False
+
+
+def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in headers:
+        if name == b"content-length":
+            return int(value) if _ASCII_DIGITS.fullmatch(value) else None
+    return None
+
+
+async def refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
+    await JSONResponse(envelope(code, message), status_code=status, headers=headers)(scope, receive, send)
+
+
+class PostGuard:
+    def __init__(self, app: ASGIApp, api_token: str, max_queue: int, max_body_bytes: int):
+        self.app = app
+        self._token = api_token.encode("ascii")
+        self._max_queue = max_queue
+        self._max_body = max_body_bytes
+        self.in_progress = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        if not bearer_matches(scope["headers"], self._token):
+            await refuse(scope, receive, send, 401, "unauthorized", "missing or wrong bearer token",
+                         {"WWW-Authenticate": "Bearer"})
+            return
+        if self.in_progress >= self._max_queue:
+            await refuse(scope, receive, send, 429, "busy",
+                         f"{self._max_queue} requests are already queued or scoring; retry later")
+            return
+        self.in_progress += 1
+        try:
+            body = await self._read_body(scope, receive, send)
+            if body is not None:
+                await self.app(scope, _replay(body, receive), send)
+        finally:
+            self.in_progress -= 1
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, or None when the request was answered (413) or the client went away."""
+        too_large = f"the body is larger than {self._max_body} bytes (MAX_BODY_BYTES)"
+        declared = declared_length(scope["headers"])
+        if declared is not None and declared > self._max_body:
+            await refuse(scope, receive, send, 413, "request_too_large", too_large)
+            return None
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max_body:
+                await refuse(scope, receive, send, 413, "request_too_large", too_large)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,0 +1,80 @@
+"""From validated decisions to the predict() calls that score them (the contract's "Mapping onto the model").
+
+Each decision has one ordering ("none") or several ("rotations": the n cyclic shifts, "all": the n!
+permutations; the caller's order first). Ordering k of every decision that has more than k orderings forms wave k,
+so wave 0 is the request as written and no call holds two orderings of one decision. Each wave is packed greedily
+in request order into calls of at most 16 questions. Calls are numbered in the order they run.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from .validation import Decision, InvalidRequest, Option
+
+MAX_QUESTIONS_PER_CALL = 16
+CHUNKING = ("greedy in request order: questions 1-16 form the first call, 17-32 the next, and so on; with "
+            "orderings, ordering k of every decision that has more than k orderings forms wave k, each wave is "
+            "packed the same way and the waves run one after another; a call with one question uses field q, "
+            "a call with several uses q1..qN")
+
+
+def orderings_of(decision: Decision) -> list[tuple[Option, ...]]:
+    options = decision.options
+    if decision.orderings == "rotations":
+        return [options[k:] + options[:k] for k in range(len(options))]
+    if decision.orderings == "all":
+        return list(itertools.permutations(options))
+    return [options]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One question in a call: ordering `ordering` of decision `decision`, asked under `field`."""
+
+    decision: int
+    ordering: int
+    options: tuple[Option, ...]
+    field: str
+
+
+@dataclass(frozen=True)
+class Call:
+    index: int
+    slots: tuple[Slot, ...]
+
+    def predict_request(self, state: Any, decisions: list[Decision]) -> dict:
+        """The predict() request for this call; decision ids never reach it."""
+        return {
+            "state": state,
+            "questions": {
+                slot.field: {
+                    "type": "choice",
+                    "instructions": decisions[slot.decision].question,
+                    "criteria": {option.id: option.description for option in slot.options},
+                }
+                for slot in self.slots
+            },
+        }
+
+
+def _fields(count: int) -> list[str]:
+    return ["q"] if count == 1 else [f"q{number}" for number in range(1, count + 1)]
+
+
+def plan(decisions: list[Decision], max_decisions: int) -> list[Call]:
+    expanded = [orderings_of(decision) for decision in decisions]
+    scored = sum(len(orderings) for orderings in expanded)
+    if not 1 <= scored <= max_decisions:
+        raise InvalidRequest(f"the request scores {scored} orderings after expansion; "
+                             f"1..{max_decisions} are allowed (MAX_DECISIONS)")
+    calls: list[Call] = []
+    for wave in range(max(len(orderings) for orderings in expanded)):
+        members = [(index, orderings[wave]) for index, orderings in enumerate(expanded) if len(orderings) > wave]
+        for start in range(0, len(members), MAX_QUESTIONS_PER_CALL):
+            chunk = members[start:start + MAX_QUESTIONS_PER_CALL]
+            slots = tuple(Slot(index, wave, options, field)
+                          for (index, options), field in zip(chunk, _fields(len(chunk))))
+            calls.append(Call(len(calls), slots))
+    return calls

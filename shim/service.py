@@ -1,0 +1,64 @@
+"""One request's calls, run back to back under the process-wide lock (INV-2), and its results assembled."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Protocol
+
+from .combining import averaged_result, ordering_result
+from .planning import Call, plan
+from .validation import Decision
+
+
+class Model(Protocol):
+    async def predict(self, request: dict, request_id: str) -> dict: ...
+
+
+class DecisionService:
+    def __init__(self, model: Model, max_decisions: int):
+        self._model = model
+        self._max_decisions = max_decisions
+        self._lock = asyncio.Lock()
+
+    async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], list[dict]]:
+        calls = plan(decisions, self._max_decisions)
+        answers = []
+        async with self._lock:
+            for call in calls:
+                answers.append(await self._model.predict(call.predict_request(state, decisions),
+                                                         f"{request_id}.{call.index}"))
+        return calls, answers
+
+    @staticmethod
+    def _results(decisions: list[Decision], calls: list[Call], answers: list[dict]) -> list[dict]:
+        per_decision: list[list[dict]] = [[] for _ in decisions]
+        for call, answer in zip(calls, answers):
+            for slot in call.slots:
+                decision = decisions[slot.decision]
+                result_id = decision.id if decision.orderings == "none" else f"{decision.id}#o{slot.ordering}"
+                per_decision[slot.decision].append(ordering_result(decision, result_id, slot, call, answer))
+        return [results[0] if decision.orderings == "none" else averaged_result(decision, results)
+                for decision, results in zip(decisions, per_decision)]
+
+    async def decide(self, state: Any, decision: Decision, request_id: str) -> dict:
+        started = time.perf_counter()
+        calls, answers = await self._score(state, [decision], request_id)
+        result = self._results([decision], calls, answers)[0]
+        if decision.orderings == "none":
+            result["total_seconds"] = time.perf_counter() - started
+            result["forward_seconds"] = answers[0]["timing"]["inference_ms"] / 1000
+        return result
+
+    async def decide_shared(self, state: Any, decisions: list[Decision], request_id: str) -> dict:
+        started = time.perf_counter()
+        calls, answers = await self._score(state, decisions, request_id)
+        results = self._results(decisions, calls, answers)
+        timing = {
+            "total_seconds": time.perf_counter() - started,
+            "batch_size": sum(len(call.slots) for call in calls),
+            "calls": len(calls),
+            "questions_per_call": [len(call.slots) for call in calls],
+            "input_tokens": [answer["usage"]["input_tokens"] for answer in answers],
+            "inference_seconds": sum(answer["timing"]["inference_ms"] for answer in answers) / 1000,
+        }
+        return {"results": results, "timing": timing}

@@ -1,0 +1,80 @@
+"""Shim configuration, read once from the environment; a bad value is a ValueError naming the variable (INV-6)."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+PREFIX = "INTERN_DECISION_"
+_DIGITS = re.compile(r"[0-9]+")
+_VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
+_HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+")
+MIN_TOKEN_LENGTH = 32
+
+
+@dataclass(frozen=True)
+class ShimSettings:
+    api_token: str
+    max_decisions: int
+    max_body_bytes: int
+    max_queue: int
+    triton_url: str
+    metrics_url: str
+    model_name: str
+    call_timeout_seconds: float
+    health_timeout_seconds: float
+
+    def __repr__(self) -> str:  # never print the token
+        return f"ShimSettings(model_name={self.model_name!r}, triton_url={self.triton_url!r}, ...)"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "ShimSettings":
+        token = env.get(PREFIX + "API_TOKEN", "")
+        if not token:
+            raise ValueError(f"{PREFIX}API_TOKEN is required")
+        if len(token) < MIN_TOKEN_LENGTH or not _VISIBLE_ASCII.fullmatch(token):
+            raise ValueError(f"{PREFIX}API_TOKEN must be at least {MIN_TOKEN_LENGTH} visible ASCII characters "
+                             f"(33..126), got {len(token)} characters")
+        triton_url = env.get(PREFIX + "TRITON_URL", "") or "127.0.0.1:8000"
+        if not _HOST_PORT.fullmatch(triton_url):
+            raise ValueError(f"{PREFIX}TRITON_URL must be host:port without a scheme, got {triton_url!r}")
+        metrics_url = env.get(PREFIX + "TRITON_METRICS_URL", "") or "http://127.0.0.1:8002/metrics"
+        if not re.fullmatch(r"https?://\S+", metrics_url):
+            raise ValueError(f"{PREFIX}TRITON_METRICS_URL must be an http(s) URL, got {metrics_url!r}")
+        model_name = env.get(PREFIX + "MODEL_NAME", "") or "intern_decision"
+        if not re.fullmatch(r"[A-Za-z0-9_\-.]+", model_name):
+            raise ValueError(f"{PREFIX}MODEL_NAME must be a Triton model name, got {model_name!r}")
+        return cls(
+            api_token=token,
+            max_decisions=_integer(env, "MAX_DECISIONS", 64),
+            max_body_bytes=_integer(env, "MAX_BODY_BYTES", 1024 * 1024),
+            max_queue=_integer(env, "MAX_QUEUE", 32),
+            triton_url=triton_url,
+            metrics_url=metrics_url,
+            model_name=model_name,
+            call_timeout_seconds=_seconds(env, "CALL_TIMEOUT_SECONDS", 120.0),
+            health_timeout_seconds=_seconds(env, "HEALTH_TIMEOUT_SECONDS", 2.0),
+        )
+
+
+def _integer(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(PREFIX + name, "")
+    if raw == "":
+        return default
+    if not _DIGITS.fullmatch(raw) or int(raw) < 1:
+        raise ValueError(f"{PREFIX}{name} must be an integer >= 1, got {raw!r}")
+    return int(raw)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(PREFIX + name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{PREFIX}{name} must be a finite number of seconds > 0, got {raw!r}")
+    return value

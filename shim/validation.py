@@ -1,0 +1,147 @@
+"""semif-serve's request rules, re-stated by the contract; a violation is InvalidRequest naming the field."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+ORDERINGS = ("none", "rotations", "all")
+MIN_OPTIONS, MAX_OPTIONS = 2, 16
+MAX_OPTIONS_FOR_ALL = 4
+
+
+class InvalidRequest(ValueError):
+    """422 invalid_request."""
+
+
+@dataclass(frozen=True)
+class Option:
+    id: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    id: str
+    question: str
+    options: tuple[Option, ...]
+    orderings: str = "none"
+
+    @property
+    def option_ids(self) -> list[str]:
+        return [option.id for option in self.options]
+
+
+def _refuse_constant(name: str) -> None:
+    raise InvalidRequest(f"the body is not finite JSON: {name}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise InvalidRequest(f"the body is not finite JSON: {text} does not fit a finite number")
+    return value
+
+
+def parse_json(body: bytes) -> Any:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRequest("the body is not UTF-8 JSON") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise InvalidRequest("the body is nested too deeply") from None
+
+
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{where} must be a JSON object")
+    return value
+
+
+def _nonempty_string(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"{where} must be a nonempty string")
+    return value
+
+
+def _state(body: dict) -> Any:
+    if "state" not in body:
+        raise InvalidRequest("state is required")
+    state = body["state"]
+    if not isinstance(state, (str, dict, list)):
+        raise InvalidRequest("state must be a nonempty string, object or array")
+    if not state:
+        raise InvalidRequest("state must not be empty")
+    return state
+
+
+def _workload(body: dict) -> None:
+    if body.get("workload") is not None:
+        raise InvalidRequest("workload is not supported: there is no per-workload calibration table, the model's own "
+                             "calibration always applies (send no workload, or null)")
+
+
+def _options(value: Any, where: str) -> tuple[Option, ...]:
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{where} must be an array")
+    if not MIN_OPTIONS <= len(value) <= MAX_OPTIONS:
+        raise InvalidRequest(f"{where} must hold {MIN_OPTIONS}..{MAX_OPTIONS} options, got {len(value)}")
+    options, seen = [], set()
+    for index, item in enumerate(value):
+        item = _object(item, f"{where}[{index}]")
+        option_id, description = item.get("id"), item.get("description")
+        if not isinstance(option_id, str):
+            raise InvalidRequest(f"{where}[{index}].id must be a string")
+        if not isinstance(description, str):
+            raise InvalidRequest(f"{where}[{index}].description must be a string")
+        if option_id in seen:
+            raise InvalidRequest(f"{where}[{index}].id {option_id!r} is not unique within the decision")
+        seen.add(option_id)
+        options.append(Option(option_id, description))
+    return tuple(options)
+
+
+def _decision(value: Any, where: str) -> Decision:
+    body = _object(value, where or "the body")
+    prefix = f"{where}." if where else ""
+    decision_id = _nonempty_string(body.get("id"), f"{prefix}id")
+    question = _nonempty_string(body.get("question"), f"{prefix}question")
+    options = _options(body.get("options"), f"{prefix}options")
+    orderings = body.get("orderings")
+    orderings = "none" if orderings is None else orderings
+    if orderings not in ORDERINGS:
+        raise InvalidRequest(f"{prefix}orderings must be one of {', '.join(ORDERINGS)}")
+    if orderings == "all" and len(options) > MAX_OPTIONS_FOR_ALL:
+        raise InvalidRequest(f"{prefix}orderings 'all' is allowed up to {MAX_OPTIONS_FOR_ALL} options, "
+                             f"this decision has {len(options)}")
+    return Decision(decision_id, question, options, orderings)
+
+
+def decide_body(payload: Any) -> tuple[Any, Decision]:
+    """POST /decide: {id, state, question, options, orderings?, workload?}"""
+    body = _object(payload, "the body")
+    _workload(body)
+    return _state(body), _decision(body, "")
+
+
+def shared_body(payload: Any) -> tuple[Any, list[Decision]]:
+    """POST /decide/shared: {state, decisions: [{id, question, options, orderings?}], workload?}"""
+    body = _object(payload, "the body")
+    _workload(body)
+    state = _state(body)
+    raw = body.get("decisions")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidRequest("decisions must be a nonempty array")
+    decisions, seen = [], set()
+    for index, item in enumerate(raw):
+        decision = _decision(item, f"decisions[{index}]")
+        if decision.id in seen:
+            raise InvalidRequest(f"decisions[{index}].id {decision.id!r} is not unique within the request")
+        seen.add(decision.id)
+        decisions.append(decision)
+    return state, decisions

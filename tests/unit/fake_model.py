@@ -1,0 +1,88 @@
+"""A fake Triton model for the shim's unit tests: predict()-shaped answers from a fixed rule, calls recorded.
+
+The probabilities are softmax(base[option id] + bias[position]): the base is what the "model" thinks of an option,
+the bias a pure position effect, which orderings must cancel.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+
+from shim.errors import ApiError
+
+FACTS = {"name": "Fake-Decision", "repo": "internlm/Intern-Decision-4B", "revision": "f" * 40,
+         "inference_sha256": "e" * 64, "prompt_version": "inference.py@sha256:eeeeeeeeeeeeeeee",
+         "dtype": "bfloat16", "device": "cuda:0", "vram_cap_gib": 35.0, "max_tokens": 8192,
+         "vision_tower": "removed"}
+CALIBRATION = {"method": "temperature-scaling", "temperature": 1.99241824}
+
+
+def softmax(values: list[float]) -> list[float]:
+    peak = max(values)
+    weights = [math.exp(value - peak) for value in values]
+    return [weight / sum(weights) for weight in weights]
+
+
+class FakeModel:
+    def __init__(self, base: dict[str, float] | None = None, position_bias: list[float] | None = None):
+        self.base = base or {}
+        self.position_bias = position_bias or [0.0] * 16
+        self.calls: list[dict] = []
+        self.request_ids: list[str] = []
+        self.fail_with: ApiError | None = None
+        self.fail_on_call: int | None = None
+        self.drop_option: str | None = None
+        self.gate: asyncio.Event | None = None  # when set, predict waits for it
+        self.active = 0
+        self.max_active = 0
+        self.is_ready: str | None = None
+        self.opened = False
+
+    def answer_for(self, request: dict) -> dict:
+        answers = {}
+        for field, question in request["questions"].items():
+            values = list(question["criteria"])
+            probabilities = softmax([self.base.get(value, 0.0) + self.position_bias[position]
+                                     for position, value in enumerate(values)])
+            scored = dict(zip(values, probabilities))
+            if self.drop_option in scored:
+                del scored[self.drop_option]
+            best = min(scored, key=lambda value: (-scored[value], value))
+            answers[field] = {"type": "choice", "probabilities": scored, "confidence": scored[best],
+                              "choice": best, "source": "local", "decision": best}
+        return {"answers": answers,
+                "usage": {"input_tokens": 100 + 10 * len(answers), "output_tokens": len(answers),
+                          "decision_count": len(answers)},
+                "timing": {"inference_ms": 12.5}, "calibration": dict(CALIBRATION),
+                "model": FACTS["name"], "backend": "hf", "prompt_sha256": f"sha-of-call-{len(self.calls)}",
+                "prompt_version": FACTS["prompt_version"],
+                "model_facts": {key: FACTS[key] for key in
+                                ("name", "repo", "revision", "inference_sha256", "dtype", "device")}}
+
+    async def predict(self, request: dict, request_id: str) -> dict:
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            self.calls.append(request)
+            self.request_ids.append(request_id)
+            if self.gate is not None:
+                await self.gate.wait()
+            else:
+                await asyncio.sleep(0)
+            if self.fail_with is not None and self.fail_on_call in (None, len(self.calls) - 1):
+                raise self.fail_with
+            return self.answer_for(request)
+        finally:
+            self.active -= 1
+
+    async def ready(self) -> str | None:
+        return self.is_ready
+
+    async def facts(self) -> dict:
+        return dict(FACTS)
+
+    async def open(self) -> None:
+        self.opened = True
+
+    async def close(self) -> None:
+        self.opened = False

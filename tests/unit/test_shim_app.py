@@ -1,0 +1,396 @@
+"""The shim's HTTP surface over a fake Triton model: auth, mapping, results, orderings, validation, limits,
+failures and concurrency (the contract's "Tests" section for the shim)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import httpx
+import pytest
+
+from shim.app import create_app
+from shim.errors import ApiError
+from shim.planning import CHUNKING
+from shim.settings import ShimSettings
+
+from .fake_model import CALIBRATION, FACTS, FakeModel
+
+pytestmark = pytest.mark.anyio
+TOKEN = "s3cret-token-for-tests-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def make_settings(**env: str) -> ShimSettings:
+    values = {"INTERN_DECISION_API_TOKEN": TOKEN}
+    values.update({f"INTERN_DECISION_{key.upper()}": value for key, value in env.items()})
+    return ShimSettings.from_env(values)
+
+
+@pytest.fixture
+def model():
+    return FakeModel(base={"approve": 1.0, "reject": 0.0})
+
+
+def client_for(model: FakeModel, **env: str) -> httpx.AsyncClient:
+    app = create_app(make_settings(**env), model)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim")
+
+
+@pytest.fixture
+async def client(model):
+    async with client_for(model) as client:
+        yield client
+
+
+def options(*ids: str) -> list[dict]:
+    return [{"id": option_id, "description": f"{option_id} described"} for option_id in ids]
+
+
+def decide_body(**overrides) -> dict:
+    body = {"id": "refund-1", "state": {"order": "shipped"}, "question": "Approve the refund?",
+            "options": options("approve", "reject")}
+    body.update(overrides)
+    return body
+
+
+def shared_body(count: int, **decision_fields) -> dict:
+    return {"state": "shared state", "decisions": [
+        {"id": f"d{n}", "question": f"question {n}?", "options": options("approve", "reject"), **decision_fields}
+        for n in range(count)]}
+
+
+# --- Auth -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN},
+                                     {"Authorization": f"Basic {TOKEN}"}, {"Authorization": f"Bearer {TOKEN}x"}])
+async def test_post_without_the_right_bearer_is_401_and_never_reaches_the_model(client, model, headers):
+    for path, body in (("/decide", decide_body()), ("/decide/shared", shared_body(1))):
+        response = await client.post(path, json=body, headers=headers)
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "unauthorized"
+    assert model.calls == []
+
+
+async def test_bearer_scheme_is_case_insensitive(client):
+    response = await client.post("/decide", json=decide_body(), headers={"Authorization": f"bEaReR {TOKEN}"})
+    assert response.status_code == 200
+
+
+async def test_health_needs_no_auth_and_reports_the_model_and_limits(client):
+    response = await client.get("/health")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ok",
+        "model": {key: FACTS[key] for key in FACTS if key not in ("vram_cap_gib", "max_tokens")},
+        "vram_cap_gib": 35.0, "max_tokens": 8192, "max_decisions": 64, "max_questions_per_call": 16,
+        "chunking": CHUNKING, "workloads": []}
+
+
+async def test_health_is_503_in_the_envelope_when_the_model_is_not_ready(client, model):
+    model.is_ready = "the model 'intern_decision' is not ready"
+    response = await client.get("/health")
+    assert response.status_code == 503
+    assert response.json() == {"status": "unavailable", "error": {
+        "code": "model_unavailable", "message": "the model 'intern_decision' is not ready"}}
+
+
+# --- Mapping ----------------------------------------------------------------------------------------------------
+
+async def test_decide_sends_one_call_with_field_q_and_the_criteria_in_the_callers_order(client, model):
+    body = decide_body(options=options("reject", "escalate", "approve"))
+    response = await client.post("/decide", json=body, headers=AUTH)
+    assert response.status_code == 200
+    assert model.calls == [{"state": {"order": "shipped"}, "questions": {"q": {
+        "type": "choice", "instructions": "Approve the refund?",
+        "criteria": {"reject": "reject described", "escalate": "escalate described",
+                     "approve": "approve described"}}}}]
+    assert list(model.calls[0]["questions"]["q"]["criteria"]) == ["reject", "escalate", "approve"]
+
+
+async def test_shared_sends_q1_to_qn_over_the_shared_state(client, model):
+    response = await client.post("/decide/shared", json=shared_body(3), headers=AUTH)
+    assert response.status_code == 200
+    assert len(model.calls) == 1
+    assert model.calls[0]["state"] == "shared state"
+    assert list(model.calls[0]["questions"]) == ["q1", "q2", "q3"]
+    assert [q["instructions"] for q in model.calls[0]["questions"].values()] == \
+        ["question 0?", "question 1?", "question 2?"]
+
+
+@pytest.mark.parametrize("count, sizes", [(17, [16, 1]), (40, [16, 16, 8])])
+async def test_chunks_of_16_with_results_in_request_order(client, model, count, sizes):
+    response = await client.post("/decide/shared", json=shared_body(count), headers=AUTH)
+    assert response.status_code == 200
+    assert [len(call["questions"]) for call in model.calls] == sizes
+    results = response.json()["results"]
+    assert [result["id"] for result in results] == [f"d{n}" for n in range(count)]
+    expected_calls = [{"index": index, "field": "q" if size == 1 else f"q{k + 1}", "questions": size}
+                      for index, size in enumerate(sizes) for k in range(size)]
+    assert [result["call"] for result in results] == expected_calls
+    timing = response.json()["timing"]
+    assert timing["calls"] == len(sizes) and timing["questions_per_call"] == sizes
+    assert timing["batch_size"] == count
+    assert timing["input_tokens"] == [100 + 10 * size for size in sizes]
+    assert timing["inference_seconds"] == pytest.approx(0.0125 * len(sizes))
+    assert timing["total_seconds"] >= 0
+
+
+async def test_decision_ids_never_appear_in_a_call(client, model):
+    body = shared_body(20, orderings="rotations")
+    for n, decision in enumerate(body["decisions"]):
+        decision["id"] = f"private-decision-id-{n}"
+    assert (await client.post("/decide/shared", json=body, headers=AUTH)).status_code == 200
+    assert "private-decision-id" not in json.dumps(model.calls)
+
+
+async def test_request_id_travels_with_each_triton_call_and_comes_back(client, model):
+    response = await client.post("/decide/shared", json=shared_body(17),
+                                 headers={**AUTH, "X-Request-Id": "caller-42"})
+    assert response.headers["x-request-id"] == "caller-42"
+    assert model.request_ids == ["caller-42.0", "caller-42.1"]
+
+
+# --- Result -----------------------------------------------------------------------------------------------------
+
+async def test_plain_result_passes_the_models_numbers_through_re_keyed(client, model):
+    body = decide_body(options=options("reject", "approve"))
+    result = (await client.post("/decide", json=body, headers=AUTH)).json()
+    native = model.answer_for(model.calls[0])["answers"]["q"]
+    assert result["id"] == "refund-1"
+    assert result["option_ids"] == ["reject", "approve"]
+    assert result["probabilities"] == [native["probabilities"]["reject"], native["probabilities"]["approve"]]
+    assert (result["top"], result["confidence"]) == (native["choice"], native["confidence"]) == \
+        ("approve", native["probabilities"]["approve"])
+    assert result["native"] == native
+    assert result["calibration"] == CALIBRATION
+    assert result["input_tokens"] == 110
+    assert result["prompt_sha256"] == "sha-of-call-1" and result["prompt_version"] == FACTS["prompt_version"]
+    assert result["model"]["revision"] == FACTS["revision"]
+    assert result["probability_status"] == "calibrated" and "softmax" in result["readout"]
+    assert result["call"] == {"index": 0, "field": "q", "questions": 1}
+    assert result["forward_seconds"] == 0.0125 and result["total_seconds"] >= 0
+
+
+async def test_an_answer_missing_an_option_id_is_500_scoring_failed(client, model):
+    model.drop_option = "reject"
+    response = await client.post("/decide", json=decide_body(), headers=AUTH)
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "scoring_failed"
+    assert "reject" in response.json()["error"]["message"]
+
+
+# --- Orderings --------------------------------------------------------------------------------------------------
+
+async def test_rotations_cancel_a_position_bias_exactly():
+    base = {"a": 0.3, "b": 1.1, "c": -0.4, "d": 0.2}
+    model = FakeModel(base=base, position_bias=[2.0, 0.5, -1.0, 0.1] + [0.0] * 12)
+    async with client_for(model) as client:
+        body = decide_body(options=options("a", "b", "c", "d"), orderings="rotations")
+        result = (await client.post("/decide", json=body, headers=AUTH)).json()
+    unbiased = [math.exp(base[k]) for k in "abcd"]
+    assert result["combined"]["probabilities"] == pytest.approx([u / sum(unbiased) for u in unbiased], abs=1e-12)
+    assert result["combined"]["top"] == "b"
+    assert [r["id"] for r in result["orderings"]] == ["refund-1#o0", "refund-1#o1", "refund-1#o2", "refund-1#o3"]
+    assert [r["option_ids"] for r in result["orderings"]] == [list("abcd"), list("bcda"), list("cdab"), list("dabc")]
+    assert len(model.calls) == 4 and all(list(call["questions"]) == ["q"] for call in model.calls)
+
+
+async def test_agreement_and_spread_come_from_the_orderings():
+    model = FakeModel(base={"a": 0.0, "b": 0.0}, position_bias=[1.0, 0.0] + [0.0] * 14)
+    async with client_for(model) as client:
+        body = decide_body(options=options("a", "b"), orderings="rotations")
+        result = (await client.post("/decide", json=body, headers=AUTH)).json()
+    high, low = 1 / (1 + math.exp(-1)), 1 / (1 + math.exp(1))
+    assert [r["top"] for r in result["orderings"]] == ["a", "b"]
+    assert result["combined"]["top"] == "a"  # an exact tie goes to the first in the caller's order
+    assert result["combined"]["agreement"] == 0.5
+    assert result["combined"]["spread"]["a"] == pytest.approx([low, high])
+    assert result["combined"]["spread"]["b"] == pytest.approx([low, high])
+
+
+async def test_all_sends_n_factorial_orderings_and_is_422_above_4_options(client, model):
+    body = decide_body(options=options("a", "b", "c", "d"), orderings="all")
+    result = (await client.post("/decide", json=body, headers=AUTH)).json()
+    assert result["combined"]["orderings"] == 24 and len(model.calls) == 24
+    body = decide_body(options=options("a", "b", "c", "d", "e"), orderings="all")
+    response = await client.post("/decide", json=body, headers=AUTH)
+    assert response.status_code == 422 and "orderings 'all'" in response.json()["error"]["message"]
+
+
+async def test_mixed_request_keeps_plain_results_and_wave_0_equals_the_plain_request(model):
+    plain_model = FakeModel(base=model.base)
+    mixed = shared_body(3)
+    mixed["decisions"][1]["orderings"] = "rotations"
+    mixed["decisions"][1]["options"] = options("approve", "reject", "hold")
+    plain = json.loads(json.dumps(mixed))
+    del plain["decisions"][1]["orderings"]
+    async with client_for(model) as client:
+        mixed_results = (await client.post("/decide/shared", json=mixed, headers=AUTH)).json()["results"]
+    async with client_for(plain_model) as client:
+        plain_results = (await client.post("/decide/shared", json=plain, headers=AUTH)).json()["results"]
+    assert model.calls[0] == plain_model.calls[0]
+    assert [len(call["questions"]) for call in model.calls] == [3, 1, 1]
+    for index in (0, 2):
+        assert mixed_results[index] == {**plain_results[index], "prompt_sha256": mixed_results[index]["prompt_sha256"]}
+    assert mixed_results[1]["orderings"][0]["probabilities"] == plain_results[1]["probabilities"]
+
+
+async def test_orderings_count_toward_max_decisions(model):
+    async with client_for(model, max_decisions="4") as client:
+        body = shared_body(2, orderings="rotations")
+        body["decisions"][0]["options"] = options("a", "b", "c")
+        response = await client.post("/decide/shared", json=body, headers=AUTH)
+    assert response.status_code == 422
+    assert "scores 5 orderings" in response.json()["error"]["message"]
+    assert model.calls == []
+
+
+# --- Validation -------------------------------------------------------------------------------------------------
+
+def _with(body: dict, path: list, value) -> dict:
+    body = json.loads(json.dumps(body))
+    target = body
+    for key in path[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return body
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (["options"], options("a"), "options"),
+    (["options"], options(*[f"o{n}" for n in range(17)]), "options"),
+    (["options"], options("a", "a"), "options[1].id"),
+    (["options"], [{"id": 1, "description": "x"}, {"id": "b", "description": "y"}], "options[0].id"),
+    (["options"], [{"id": "a", "description": None}, {"id": "b", "description": "y"}], "options[0].description"),
+    (["options"], "a,b", "options"),
+    (["id"], "", "id"), (["id"], KeyError, "id"), (["id"], 7, "id"),
+    (["question"], "", "question"), (["question"], None, "question"),
+    (["state"], "", "state"), (["state"], {}, "state"), (["state"], [], "state"), (["state"], 3, "state"),
+    (["state"], KeyError, "state"), (["state"], None, "state"),
+    (["workload"], "triage", "workload"), (["workload"], {}, "workload"),
+    (["orderings"], "some", "orderings"),
+])
+async def test_decide_violations_are_422_naming_the_field(client, model, path, value, field):
+    response = await client.post("/decide", json=_with(decide_body(), path, value), headers=AUTH)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert response.json()["error"]["message"].startswith(field)
+    assert model.calls == []
+
+
+async def test_a_null_workload_is_accepted(client):
+    assert (await client.post("/decide", json=decide_body(workload=None), headers=AUTH)).status_code == 200
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda b: b["decisions"].append(dict(b["decisions"][0])), "decisions[2].id 'd0' is not unique"),
+    (lambda b: b.update(decisions=[]), "decisions must be a nonempty array"),
+    (lambda b: b.update(decisions={"d": 1}), "decisions must be a nonempty array"),
+    (lambda b: b["decisions"][1].update(question=""), "decisions[1].question must be a nonempty string"),
+    (lambda b: b["decisions"][0].update(options=[]), "decisions[0].options must hold 2..16 options"),
+])
+async def test_shared_violations_are_422_naming_the_field(client, model, mutate, message):
+    body = shared_body(2)
+    mutate(body)
+    response = await client.post("/decide/shared", json=body, headers=AUTH)
+    assert response.status_code == 422
+    assert message in response.json()["error"]["message"]
+
+
+async def test_a_row_count_above_max_decisions_is_422(model):
+    async with client_for(model, max_decisions="3") as client:
+        response = await client.post("/decide/shared", json=shared_body(4), headers=AUTH)
+    assert response.status_code == 422 and "1..3 are allowed" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b'{"id": "x", ', "the body is not JSON"),
+    (b'{"id": "x", "state": NaN}', "not finite JSON: NaN"),
+    (b'{"id": "x", "state": {"v": 1e999}}', "not finite JSON: 1e999"),
+    (b'{"id": "x", "state": [Infinity]}', "not finite JSON: Infinity"),
+    (b"[1, 2]", "the body must be a JSON object"),
+    (b"\xff\xfe", "the body is not UTF-8 JSON"),
+])
+async def test_malformed_or_non_finite_json_is_422(client, model, raw, message):
+    response = await client.post("/decide", content=raw, headers={**AUTH, "Content-Type": "application/json"})
+    assert response.status_code == 422
+    assert message in response.json()["error"]["message"]
+    assert model.calls == []
+
+
+async def test_a_model_value_error_is_422_with_the_models_message(client, model):
+    model.fail_with = ApiError(422, "invalid_request", "Example has 9000 tokens, above 8192; truncation is forbidden")
+    response = await client.post("/decide", json=decide_body(), headers=AUTH)
+    assert response.status_code == 422
+    assert response.json() == {"error": {"code": "invalid_request",
+                                          "message": "Example has 9000 tokens, above 8192; truncation is forbidden"}}
+
+
+# --- Engine failures and Triton -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("error, status", [
+    (ApiError(503, "out_of_memory", "OutOfMemoryError: CUDA out of memory"), 503),
+    (ApiError(500, "scoring_failed", "RuntimeError: boom"), 500),
+    (ApiError(502, "model_unavailable", "Triton did not answer: ClientConnectorError"), 502),
+])
+async def test_engine_failures_keep_their_status_and_code(client, model, error, status):
+    model.fail_with = error
+    response = await client.post("/decide", json=decide_body(), headers=AUTH)
+    assert response.status_code == status
+    assert response.json() == {"error": {"code": error.code, "message": error.message}}
+
+
+async def test_one_failing_call_fails_the_whole_request(client, model):
+    model.fail_with = ApiError(503, "out_of_memory", "CUDA out of memory")
+    model.fail_on_call = 1
+    response = await client.post("/decide/shared", json=shared_body(40), headers=AUTH)
+    assert response.status_code == 503 and response.json()["error"]["code"] == "out_of_memory"
+    assert len(model.calls) == 2  # the third call is never made
+
+
+@pytest.mark.parametrize("method, path, status, code", [
+    ("GET", "/nowhere", 404, "not_found"), ("GET", "/decide", 405, "method_not_allowed"),
+    ("PUT", "/decide/shared", 405, "method_not_allowed"), ("POST", "/health", 405, "method_not_allowed"),
+])
+async def test_404_and_405_use_the_envelope(client, method, path, status, code):
+    response = await client.request(method, path, headers=AUTH)
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+
+
+# --- Concurrency ------------------------------------------------------------------------------------------------
+
+async def test_requests_are_serialised_and_chunks_never_interleave(client, model):
+    first, second = shared_body(40), shared_body(20)
+    first["state"], second["state"] = "first", "second"
+    responses = await asyncio.gather(client.post("/decide/shared", json=first, headers=AUTH),
+                                     client.post("/decide/shared", json=second, headers=AUTH),
+                                     client.post("/decide", json=decide_body(state="third"), headers=AUTH))
+    assert [response.status_code for response in responses] == [200, 200, 200]
+    assert model.max_active == 1
+    owners = [call["state"] for call in model.calls]
+    assert len(owners) == 3 + 2 + 1
+    # each request's calls form one unbroken run
+    runs = [owner for index, owner in enumerate(owners) if index == 0 or owners[index - 1] != owner]
+    assert sorted(runs) == ["first", "second", "third"]
+
+
+async def test_health_answers_while_a_call_is_blocked(client, model):
+    model.gate = asyncio.Event()
+    blocked = asyncio.create_task(client.post("/decide", json=decide_body(), headers=AUTH))
+    while not model.calls:
+        await asyncio.sleep(0.001)
+    health = await asyncio.wait_for(client.get("/health"), timeout=1)
+    assert health.status_code == 200
+    assert not blocked.done()
+    model.gate.set()
+    assert (await blocked).status_code == 200

@@ -1,0 +1,147 @@
+"""Limits as ASGI middleware, driven with raw ASGI messages: 413 (declared and counted), 429 before the body."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from shim.middleware import PostGuard, bearer_matches, declared_length
+
+pytestmark = pytest.mark.anyio
+TOKEN = "k" * 40
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+class Exchange:
+    """One ASGI request: the body in chunks, what the app received, what was sent back."""
+
+    def __init__(self, chunks: list[bytes], headers: dict[str, str] | None = None, auth: bool = True):
+        all_headers = {"authorization": f"Bearer {TOKEN}"} if auth else {}
+        all_headers.update(headers or {})
+        self.scope = {"type": "http", "method": "POST", "path": "/decide",
+                      "headers": [(k.lower().encode(), v.encode()) for k, v in all_headers.items()]}
+        self._chunks = list(chunks)
+        self.chunks_read = 0
+        self.sent: list[dict] = []
+
+    async def receive(self) -> dict:
+        self.chunks_read += 1
+        if not self._chunks:
+            await asyncio.sleep(3600)
+        chunk = self._chunks.pop(0)
+        return {"type": "http.request", "body": chunk, "more_body": bool(self._chunks)}
+
+    async def send(self, message: dict) -> None:
+        self.sent.append(message)
+
+    @property
+    def status(self) -> int:
+        return self.sent[0]["status"]
+
+    @property
+    def error_code(self) -> str:
+        return json.loads(b"".join(m.get("body", b"") for m in self.sent[1:]))["error"]["code"]
+
+
+class EchoApp:
+    """Reads the body the middleware replays and answers with its length; can be held open by a gate."""
+
+    def __init__(self):
+        self.bodies: list[bytes] = []
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, scope, receive, send):
+        message = await receive()
+        self.bodies.append(message["body"])
+        if self.gate is not None:
+            await self.gate.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": str(len(message["body"])).encode()})
+
+
+def guard(app, max_queue=2, max_body=100) -> PostGuard:
+    return PostGuard(app, api_token=TOKEN, max_queue=max_queue, max_body_bytes=max_body)
+
+
+async def test_a_body_within_the_limit_reaches_the_app_whole():
+    app = EchoApp()
+    exchange = Exchange([b"a" * 60, b"b" * 40])
+    await guard(app)(exchange.scope, exchange.receive, exchange.send)
+    assert exchange.status == 200 and app.bodies == [b"a" * 60 + b"b" * 40]
+
+
+async def test_a_declared_length_over_the_limit_is_413_before_reading():
+    app = EchoApp()
+    exchange = Exchange([b"x" * 10], headers={"content-length": "101"})
+    await guard(app)(exchange.scope, exchange.receive, exchange.send)
+    assert (exchange.status, exchange.error_code) == (413, "request_too_large")
+    assert exchange.chunks_read == 0 and app.bodies == []
+
+
+async def test_a_chunked_body_is_counted_and_refused_once_it_passes_the_limit():
+    app = EchoApp()
+    exchange = Exchange([b"x" * 50, b"x" * 50, b"x" * 1, b"never read"])
+    await guard(app)(exchange.scope, exchange.receive, exchange.send)
+    assert (exchange.status, exchange.error_code) == (413, "request_too_large")
+    assert exchange.chunks_read == 3 and app.bodies == []
+
+
+@pytest.mark.parametrize("declared", ["10", "+10", "1e1", " 10", "١٠"])
+async def test_a_declared_length_is_trusted_only_as_ascii_digits(declared):
+    app = EchoApp()
+    exchange = Exchange([b"x" * 101], headers={"content-length": declared})
+    await guard(app)(exchange.scope, exchange.receive, exchange.send)
+    assert exchange.status == 413  # the counted body decides, whatever was declared
+
+
+async def test_past_max_queue_the_next_post_is_429_before_its_body_is_read():
+    app = EchoApp()
+    app.gate = asyncio.Event()
+    middleware = guard(app, max_queue=2)
+    holders = [Exchange([b"{}"]) for _ in range(2)]
+    tasks = [asyncio.create_task(middleware(e.scope, e.receive, e.send)) for e in holders]
+    while len(app.bodies) < 2:
+        await asyncio.sleep(0.001)
+    refused = Exchange([b"{}"])
+    await middleware(refused.scope, refused.receive, refused.send)
+    assert (refused.status, refused.error_code) == (429, "busy")
+    assert refused.chunks_read == 0
+    app.gate.set()
+    await asyncio.gather(*tasks)
+    assert middleware.in_progress == 0
+    again = Exchange([b"{}"])
+    await middleware(again.scope, again.receive, again.send)
+    assert again.status == 200
+
+
+async def test_an_unauthenticated_post_never_takes_a_queue_slot_nor_has_its_body_read():
+    app = EchoApp()
+    middleware = guard(app, max_queue=1)
+    exchange = Exchange([b"{}"], auth=False)
+    await middleware(exchange.scope, exchange.receive, exchange.send)
+    assert (exchange.status, exchange.error_code) == (401, "unauthorized")
+    assert exchange.chunks_read == 0 and middleware.in_progress == 0
+
+
+async def test_get_passes_without_auth_or_limits():
+    app = EchoApp()
+    exchange = Exchange([b"x" * 500], auth=False)
+    exchange.scope["method"] = "GET"
+    await guard(app)(exchange.scope, exchange.receive, exchange.send)
+    assert exchange.status == 200
+
+
+def test_bearer_parsing():
+    token = TOKEN.encode()
+    assert bearer_matches([(b"authorization", b"Bearer " + token)], token)
+    assert bearer_matches([(b"authorization", b"BEARER " + token)], token)
+    assert not bearer_matches([(b"authorization", b"Bearer " + token[:-1])], token)
+    assert not bearer_matches([(b"authorization", b"Token " + token)], token)
+    assert not bearer_matches([], token)
+    assert declared_length([(b"content-length", b"42")]) == 42
+    assert declared_length([(b"content-length", b"4 2")]) is None

@@ -1,0 +1,47 @@
+"""Shim configuration: the token rules (INV-6) and every other value validated, naming the variable."""
+import pytest
+
+from shim.settings import ShimSettings
+
+TOKEN = "t" * 32
+
+
+def test_defaults():
+    settings = ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN})
+    assert (settings.max_decisions, settings.max_body_bytes, settings.max_queue) == (64, 1024 * 1024, 32)
+    assert settings.triton_url == "127.0.0.1:8000" and settings.model_name == "intern_decision"
+    assert settings.metrics_url == "http://127.0.0.1:8002/metrics"
+    assert TOKEN not in repr(settings)
+
+
+@pytest.mark.parametrize("token", ["", "t" * 31, "t" * 31 + " ", "t" * 31 + "\x7f", "t" * 31 + "é",
+                                   "t" * 16 + "\n" + "t" * 16, "t" * 32 + "\x00"])
+def test_a_short_or_non_visible_token_is_refused(token):
+    with pytest.raises(ValueError, match="INTERN_DECISION_API_TOKEN"):
+        ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": token})
+
+
+def test_the_full_visible_range_is_accepted():
+    token = "".join(chr(code) for code in range(33, 127))
+    assert ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": token}).api_token == token
+
+
+@pytest.mark.parametrize("name, value", [
+    ("MAX_DECISIONS", "0"), ("MAX_DECISIONS", "-1"), ("MAX_DECISIONS", "1.5"), ("MAX_DECISIONS", "lots"),
+    ("MAX_BODY_BYTES", "0"), ("MAX_BODY_BYTES", "1e6"), ("MAX_QUEUE", "0"), ("MAX_QUEUE", " 3"),
+    ("TRITON_URL", "http://127.0.0.1:8000"), ("TRITON_URL", "localhost"),
+    ("TRITON_METRICS_URL", "127.0.0.1:8002/metrics"), ("MODEL_NAME", "a b"),
+    ("CALL_TIMEOUT_SECONDS", "0"), ("CALL_TIMEOUT_SECONDS", "inf"), ("HEALTH_TIMEOUT_SECONDS", "soon"),
+])
+def test_a_bad_value_is_refused_naming_the_variable(name, value):
+    with pytest.raises(ValueError, match=f"INTERN_DECISION_{name} "):
+        ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN, f"INTERN_DECISION_{name}": value})
+
+
+def test_explicit_values_are_taken():
+    settings = ShimSettings.from_env({
+        "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_MAX_DECISIONS": "8",
+        "INTERN_DECISION_MAX_BODY_BYTES": "2048", "INTERN_DECISION_MAX_QUEUE": "2",
+        "INTERN_DECISION_TRITON_URL": "triton:8000", "INTERN_DECISION_CALL_TIMEOUT_SECONDS": "2.5"})
+    assert (settings.max_decisions, settings.max_body_bytes, settings.max_queue) == (8, 2048, 2)
+    assert settings.triton_url == "triton:8000" and settings.call_timeout_seconds == 2.5
