@@ -10,15 +10,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import sysconfig
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from devstack.process import ManagedProcess, free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
@@ -45,12 +42,6 @@ def install_stub() -> Path:
     if not target.is_file() or target.read_bytes() != source.read_bytes():
         shutil.copy2(source, target)
     return target
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -91,20 +82,14 @@ def server_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-class ServerExited(RuntimeError):
-    """tritonserver stopped before it became ready."""
-
-
-class TritonServer:
-    """One tritonserver process with its log in a file."""
+class TritonServer(ManagedProcess):
+    """tritonserver with the model repository on the CPU config, ready when /v2/health/ready answers."""
 
     def __init__(self, env: dict[str, str], log_path: Path, ports: Ports | None = None,
                  model_repository: Path = MODEL_REPOSITORY, config_name: str = "cpu"):
         self.ports = ports or Ports.free()
-        self.log_path = log_path
-        self._command = server_command(self.ports, model_repository, config_name)
-        self._env = server_environment(env)
-        self._process: subprocess.Popen | None = None
+        super().__init__("tritonserver", server_command(self.ports, model_repository, config_name),
+                         server_environment(env), log_path, f"http://{self.http_url}/v2/health/ready")
 
     @property
     def http_url(self) -> str:
@@ -113,46 +98,3 @@ class TritonServer:
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.ports.metrics}/metrics"
-
-    def start(self) -> "TritonServer":
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
-        self._process = subprocess.Popen(self._command, env=self._env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        log.close()
-        return self
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def wait(self, timeout: float) -> int:
-        assert self._process is not None
-        return self._process.wait(timeout)
-
-    def wait_ready(self, timeout: float = 180.0) -> "TritonServer":
-        assert self._process is not None
-        deadline = time.monotonic() + timeout
-        url = f"http://{self.http_url}/v2/health/ready"
-        while time.monotonic() < deadline:
-            code = self._process.poll()
-            if code is not None:
-                raise ServerExited(f"tritonserver exited with {code} before it was ready; log: {self.log_path}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise TimeoutError(f"tritonserver not ready after {timeout:.0f} s; log: {self.log_path}")
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        if self._process is None or self._process.poll() is not None:
-            return None if self._process is None else self._process.returncode
-        self._process.terminate()
-        try:
-            return self._process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            return self._process.wait(timeout)

@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 
 from devstack.fixture import FixturePins, build_fixture
+from devstack.shim import ShimServer
 from devstack.triton import TritonServer
 
 # Small enough that an over-limit request is cheap to build, large enough for every test's prompt.
-TEST_MAX_TOKENS = 1024
+TEST_MAX_TOKENS = 4096
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +30,23 @@ def triton(fixture_pins, tmp_path_factory) -> TritonServer:
     server.start()
     try:
         server.wait_ready(timeout=240)
+        yield server
+    finally:
+        server.stop()
+
+
+SHIM_TOKEN = "integration-token-0123456789-abcdefghij"
+SHIM_MAX_QUEUE = 2
+SHIM_MAX_BODY_BYTES = 256 * 1024
+
+
+@pytest.fixture(scope="session")
+def shim(triton, tmp_path_factory) -> ShimServer:
+    env = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_MAX_QUEUE": str(SHIM_MAX_QUEUE),
+           "INTERN_DECISION_MAX_BODY_BYTES": str(SHIM_MAX_BODY_BYTES)}
+    server = ShimServer(triton, env, tmp_path_factory.mktemp("shim") / "shim.log").start()
+    try:
+        server.wait_ready(timeout=60)
         yield server
     finally:
         server.stop()

@@ -1,0 +1,70 @@
+"""A server process with its log in a file, ready once a URL answers 200."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerExited(RuntimeError):
+    """The server stopped before it became ready."""
+
+
+class ManagedProcess:
+    def __init__(self, name: str, command: list[str], env: dict[str, str], log_path: Path, ready_url: str):
+        self.name = name
+        self.log_path = log_path
+        self._command = command
+        self._env = env
+        self._ready_url = ready_url
+        self._process: subprocess.Popen | None = None
+
+    def start(self):
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self._process = subprocess.Popen(self._command, env=self._env, stdout=log, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+        return self
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait(self, timeout: float) -> int:
+        assert self._process is not None
+        return self._process.wait(timeout)
+
+    def wait_ready(self, timeout: float = 180.0):
+        assert self._process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = self._process.poll()
+            if code is not None:
+                raise ServerExited(f"{self.name} exited with {code} before it was ready; log: {self.log_path}")
+            try:
+                with urllib.request.urlopen(self._ready_url, timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"{self.name} not ready after {timeout:.0f} s; log: {self.log_path}")
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self._process is None or self._process.poll() is not None:
+            return None if self._process is None else self._process.returncode
+        self._process.terminate()
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            return self._process.wait(timeout)

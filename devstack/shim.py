@@ -1,0 +1,30 @@
+"""The shim under uvicorn, as its entry point runs it, ready when /health answers 200."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from devstack.process import ManagedProcess, free_port
+from devstack.triton import TritonServer
+
+
+def shim_environment(triton: TritonServer, extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "INTERN_DECISION_TRITON_URL": triton.http_url,
+        "INTERN_DECISION_TRITON_METRICS_URL": triton.metrics_url,
+    })
+    env.update(extra)
+    return env
+
+
+class ShimServer(ManagedProcess):
+    def __init__(self, triton: TritonServer, env: dict[str, str], log_path: Path, port: int | None = None):
+        self.port = port or free_port()
+        command = [sys.executable, "-m", "shim", "--host", "127.0.0.1", "--port", str(self.port)]
+        super().__init__("shim", command, shim_environment(triton, env), log_path, f"{self.url}/health")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
