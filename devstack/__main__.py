@@ -1,16 +1,33 @@
 """python -m devstack install-stub | up
 
-up: build (or reuse) the fixture checkpoint and run the model in the bundled tritonserver on the CPU, in the
-foreground, until interrupted.
+up: build (or reuse) the fixture checkpoint, run the model in the bundled tritonserver on the CPU and the shim in
+front of it, in the foreground, until interrupted. The API token is INTERN_DECISION_API_TOKEN when set, else one
+generated once and kept in .cache/dev-token.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
 import signal
 import sys
 
 from devstack import triton
 from devstack.fixture import DEFAULT_ROOT, build_fixture
+from devstack.shim import ShimServer
+
+CACHE = DEFAULT_ROOT.parent
+TOKEN_FILE = CACHE / "dev-token"
+
+
+def dev_token() -> str:
+    if os.environ.get("INTERN_DECISION_API_TOKEN"):
+        return os.environ["INTERN_DECISION_API_TOKEN"]
+    if not TOKEN_FILE.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        TOKEN_FILE.write_text(secrets.token_urlsafe(32))
+        TOKEN_FILE.chmod(0o600)
+    return TOKEN_FILE.read_text().strip()
 
 
 def up(args: argparse.Namespace) -> int:
@@ -19,16 +36,20 @@ def up(args: argparse.Namespace) -> int:
     env = pins.env()
     env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32"})
     ports = triton.Ports(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port)
-    log_path = DEFAULT_ROOT.parent / "tritonserver.log"
-    server = triton.TritonServer(env, log_path, ports=ports).start()
-    print(f"starting tritonserver (log: {log_path}) ...", flush=True)
+    server = triton.TritonServer(env, CACHE / "tritonserver.log", ports=ports)
+    shim = ShimServer(server, {"INTERN_DECISION_API_TOKEN": dev_token()}, CACHE / "shim.log", port=args.port)
+    print(f"starting tritonserver (log: {server.log_path}) ...", flush=True)
     try:
-        server.wait_ready(timeout=300)
-        print(f"ready: Triton HTTP on http://{server.http_url}, metrics on {server.metrics_url}\n"
-              f"model facts: revision {pins.revision}, inference.py sha256 {pins.inference_sha256}\n"
-              "Ctrl-C stops it.", flush=True)
+        server.start().wait_ready(timeout=300)
+        print(f"starting the shim (log: {shim.log_path}) ...", flush=True)
+        shim.start().wait_ready(timeout=60)
+        print(f"ready: the service on {shim.url} (Triton HTTP {server.http_url}, metrics {server.metrics_url})\n"
+              f"fixture checkpoint: revision {pins.revision}, inference.py sha256 {pins.inference_sha256}\n"
+              f"API token: INTERN_DECISION_API_TOKEN if set, else the one in {TOKEN_FILE}\n"
+              "Ctrl-C stops both.", flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
+        shim.stop()
         server.stop()
     return 0
 
@@ -38,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("install-stub", help="put the python backend stub where the bundled tritonserver looks")
     serve = sub.add_parser("up", help="run the stack on the CPU with the fixture checkpoint")
+    serve.add_argument("--port", type=int, default=8080, help="the service's port")
     serve.add_argument("--triton-http-port", type=int, default=8000)
     serve.add_argument("--triton-grpc-port", type=int, default=8001)
     serve.add_argument("--triton-metrics-port", type=int, default=8002)

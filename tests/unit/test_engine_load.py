@@ -11,7 +11,7 @@ from intern_decision_model.guard import OutOfMemory
 from intern_decision_model.settings import Settings
 
 from .fake_checkpoint import REVISION, write_checkpoint
-from .fake_torch import GIB, MIB, make_torch
+from .fake_torch import GIB, make_torch
 
 
 @pytest.fixture

@@ -42,10 +42,12 @@ REQUEST = {"state": "The customer was charged twice and asks for the extra payme
 
 
 def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
+    """Execute a file as a module (like the service does), writing no __pycache__ next to it."""
+    spec = importlib.util.spec_from_loader(name, loader=None, origin=str(path))
     module = importlib.util.module_from_spec(spec)
+    module.__file__ = str(path)
     sys.modules[name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
+    exec(compile(path.read_bytes(), str(path), "exec"), module.__dict__)
     return module
 
 
@@ -160,6 +162,23 @@ def test_rebuild_into_the_same_root_leaves_the_snapshot(builder, built, snapshot
     again = builder.build(built["root"])
     assert again["checkpoint"] == built["checkpoint"] and again["revision"] == built["revision"]
     assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in snapshot.iterdir()} == before
+
+
+def test_rebuild_tolerates_pycache_and_repairs_damage(builder, tmp_path):
+    root = tmp_path / "hf"
+    first = builder.build(root)
+    snap = Path(first["checkpoint"])
+    (snap / "__pycache__").mkdir()
+    (snap / "__pycache__" / "inference.cpython-311.pyc").write_bytes(b"x")
+    inode = (snap / "config.json").stat().st_ino
+    assert builder.build(root) == first
+    assert (snap / "config.json").stat().st_ino == inode  # left alone
+    (snap / "config.json").write_text("{}")  # damage: same revision name, other bytes
+    (snap / "tokenizer.json").chmod(0o600)
+    assert builder.build(root) == first
+    assert _files(snap) == _files(Path(builder.build(tmp_path / "clean")["checkpoint"]))
+    assert (snap / "tokenizer.json").stat().st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(snap.parent.parent)) == ["refs", "snapshots"]
 
 
 def test_revision_follows_the_content(builder, built, tmp_path, monkeypatch):
