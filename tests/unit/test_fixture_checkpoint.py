@@ -594,6 +594,12 @@ def test_constructor_rejects_the_github_api(inf, snapshot):
         inf.DecisionEngine(str(snapshot), 1.5)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_fails_the_way_torch_does(inf, snapshot):
+    with pytest.raises((AssertionError, RuntimeError)):
+        inf.DecisionEngine(checkpoint=str(snapshot), dtype="float32")  # device defaults to "cuda"
+
+
 def test_default_checkpoint_is_the_snapshot_itself(inf, snapshot):
     engine = inf.DecisionEngine(device="cpu", dtype="float32")
     assert Path(engine.backend.checkpoint).resolve() == snapshot.resolve()
