@@ -44,6 +44,7 @@ class ModelMetrics:
         self._tokens = tokens.Metric(labels=base, buckets=TOKEN_BUCKETS)
         self._seconds = seconds.Metric(labels=base, buckets=SECONDS_BUCKETS)
         self._memory = {kind: memory.Metric(labels={**base, "kind": kind}) for kind in ("reserved", "allocated")}
+        self._memory_shown: tuple[int, int] | None = None
         info.Metric(labels={**base, **info_labels(facts)}).set(1)
         self._info = info
 
@@ -52,5 +53,8 @@ class ModelMetrics:
         self._seconds.observe(seconds)
         if input_tokens is not None:
             self._tokens.observe(input_tokens)
-        self._memory["reserved"].set(memory[0])
-        self._memory["allocated"].set(memory[1])
+        # Every metric update is a round trip to the server process; unchanged gauges (always, on the CPU) skip it.
+        if memory != self._memory_shown:
+            self._memory["reserved"].set(memory[0])
+            self._memory["allocated"].set(memory[1])
+            self._memory_shown = memory
