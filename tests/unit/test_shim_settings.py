@@ -45,3 +45,20 @@ def test_explicit_values_are_taken():
         "INTERN_DECISION_TRITON_URL": "triton:8000", "INTERN_DECISION_CALL_TIMEOUT_SECONDS": "2.5"})
     assert (settings.max_decisions, settings.max_body_bytes, settings.max_queue) == (8, 2048, 2)
     assert settings.triton_url == "triton:8000" and settings.call_timeout_seconds == 2.5
+
+
+def test_the_entry_point_refuses_a_bad_token_before_serving(monkeypatch, capsys):
+    from shim.__main__ import main
+
+    monkeypatch.setenv("INTERN_DECISION_API_TOKEN", "short")
+    assert main(["--port", "8080"]) == 2
+    assert "refusing to start: INTERN_DECISION_API_TOKEN" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "80a", "８０"])
+def test_the_entry_point_refuses_a_bad_port(monkeypatch, capsys, port):
+    from shim.__main__ import main
+
+    monkeypatch.setenv("INTERN_DECISION_API_TOKEN", TOKEN)
+    assert main(["--port", port]) == 2
+    assert "INTERN_DECISION_PORT must be a port number" in capsys.readouterr().err
