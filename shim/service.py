@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, Protocol
 
-from .combining import averaged_result, ordering_result
+from .combining import IncompleteAnswer, averaged_result, ordering_result
 from .planning import Call, plan
 from .validation import Decision
 
@@ -43,17 +44,23 @@ class DecisionService:
     async def decide(self, state: Any, decision: Decision, request_id: str) -> dict:
         started = time.perf_counter()
         calls, answers = await self._score(state, [decision], request_id)
-        result = self._results([decision], calls, answers)[0]
-        if decision.orderings == "none":
-            result["total_seconds"] = time.perf_counter() - started
-            result["forward_seconds"] = answers[0]["timing"]["inference_ms"] / 1000
+        with _answers_read():
+            result = self._results([decision], calls, answers)[0]
+            if decision.orderings == "none":
+                result["total_seconds"] = time.perf_counter() - started
+                result["forward_seconds"] = answers[0]["timing"]["inference_ms"] / 1000
         return result
 
     async def decide_shared(self, state: Any, decisions: list[Decision], request_id: str) -> dict:
         started = time.perf_counter()
         calls, answers = await self._score(state, decisions, request_id)
-        results = self._results(decisions, calls, answers)
-        timing = {
+        with _answers_read():
+            return {"results": self._results(decisions, calls, answers),
+                    "timing": self._timing(started, calls, answers)}
+
+    @staticmethod
+    def _timing(started: float, calls: list[Call], answers: list[dict]) -> dict:
+        return {
             "total_seconds": time.perf_counter() - started,
             "batch_size": sum(len(call.slots) for call in calls),
             "calls": len(calls),
@@ -61,4 +68,12 @@ class DecisionService:
             "input_tokens": [answer["usage"]["input_tokens"] for answer in answers],
             "inference_seconds": sum(answer["timing"]["inference_ms"] for answer in answers) / 1000,
         }
-        return {"results": results, "timing": timing}
+
+
+@contextlib.contextmanager
+def _answers_read():
+    """Reading the model's answers: anything missing or mistyped is a scoring failure, never a guess."""
+    try:
+        yield
+    except (KeyError, TypeError, IndexError, ValueError) as exc:
+        raise IncompleteAnswer(f"the model's answer cannot be read: {type(exc).__name__}: {exc}") from None

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 import threading
 import time
 
@@ -166,3 +168,34 @@ def test_health_reports_the_models_facts(http, fixture_pins):
     assert health["model"]["inference_sha256"] == fixture_pins.inference_sha256
     assert health["max_tokens"] == TEST_MAX_TOKENS and health["vram_cap_gib"] is None
     assert health["max_questions_per_call"] == 16 and health["workloads"] == []
+
+
+def test_triton_unreachable_is_502_and_health_503(tmp_path):
+    from devstack.process import ManagedProcess, free_port
+
+    dead = free_port()  # nothing listens here
+    port = free_port()
+    env = dict(os.environ, INTERN_DECISION_API_TOKEN=SHIM_TOKEN, INTERN_DECISION_TRITON_URL=f"127.0.0.1:{dead}",
+               INTERN_DECISION_TRITON_METRICS_URL=f"http://127.0.0.1:{dead}/metrics")
+    shim = ManagedProcess("shim", [sys.executable, "-m", "shim", "--port", str(port)], env,
+                          tmp_path / "shim.log", f"http://127.0.0.1:{port}/").start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    health = client.get("/health")
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, shim.log_text()
+                    time.sleep(0.1)
+            assert health.status_code == 503
+            assert health.json()["status"] == "unavailable"
+            assert health.json()["error"]["code"] == "model_unavailable"
+            body = {"id": "r", "state": "s", "question": "q?", "options": options("a", "b")}
+            response = client.post("/decide", json=body, headers=AUTH)
+            assert response.status_code == 502
+            assert response.json()["error"]["code"] == "model_unavailable"
+            assert "Triton did not answer" in response.json()["error"]["message"]
+    finally:
+        shim.stop()

@@ -185,6 +185,15 @@ async def test_an_answer_missing_an_option_id_is_500_scoring_failed(client, mode
     assert "reject" in response.json()["error"]["message"]
 
 
+async def test_an_answer_that_cannot_be_read_is_500_scoring_failed(client, model):
+    answer_for = model.answer_for
+    model.answer_for = lambda request: {key: value for key, value in answer_for(request).items() if key != "timing"}
+    response = await client.post("/decide", json=decide_body(), headers=AUTH)
+    assert response.status_code == 500
+    assert response.json()["error"] == {"code": "scoring_failed",
+                                        "message": "the model's answer cannot be read: KeyError: 'timing'"}
+
+
 # --- Orderings --------------------------------------------------------------------------------------------------
 
 async def test_rotations_cancel_a_position_bias_exactly():
