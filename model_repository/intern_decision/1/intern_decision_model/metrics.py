@@ -2,7 +2,8 @@
 
 intern_decision_calls_total{outcome}            calls by outcome: ok, invalid, out_of_memory, failed
 intern_decision_input_tokens                    histogram of the prompt length of scored calls
-intern_decision_inference_seconds               histogram of the time spent in the guarded predict() call
+intern_decision_inference_seconds               histogram of the model's time per call: decoding the request,
+                                                predict(), the prompt hash and encoding the answer
 intern_decision_gpu_memory_bytes{kind}          reserved / allocated after the last call (0 on the CPU)
 intern_decision_model_info{...facts}            1, labelled with the pins and limits in force; the shim's /health
                                                 reads it from the metrics port and never waits behind an inference
@@ -32,7 +33,7 @@ class ModelMetrics:
             family(name="intern_decision_calls_total", description="Calls by outcome", kind=family.COUNTER),
             family(name="intern_decision_input_tokens", description="Prompt tokens per scored call",
                    kind=family.HISTOGRAM),
-            family(name="intern_decision_inference_seconds", description="Seconds in the guarded predict() call",
+            family(name="intern_decision_inference_seconds", description="Seconds the model spent on a call",
                    kind=family.HISTOGRAM),
             family(name="intern_decision_gpu_memory_bytes", description="Device memory after the last call",
                    kind=family.GAUGE),
