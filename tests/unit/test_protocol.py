@@ -30,6 +30,11 @@ def test_unusable_request_strings_are_invalid_requests(raw, message):
         decode_request(raw)
 
 
+@pytest.mark.parametrize("images", [None, [], ""])
+def test_an_empty_images_key_is_no_images(images):
+    assert decode_request(json.dumps({"state": 1, "images": images}).encode())["images"] == images
+
+
 def test_invalid_request_is_a_value_error_so_it_maps_like_the_models_own_validation():
     assert kind_of(InvalidRequest("x")) is Kind.INVALID
 

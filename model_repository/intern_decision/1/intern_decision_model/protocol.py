@@ -58,7 +58,7 @@ def decode_request(raw: bytes | None) -> dict:
         raise InvalidRequest("the request is nested too deeply") from None
     if not isinstance(request, dict):
         raise InvalidRequest(f"the request must be a JSON object, got {type(request).__name__}")
-    if "images" in request:
+    if request.get("images"):
         raise InvalidRequest("this service takes no images")
     return request
 
