@@ -47,7 +47,10 @@ def up(args: argparse.Namespace) -> int:
               f"fixture checkpoint: revision {pins.revision}, inference.py sha256 {pins.inference_sha256}\n"
               f"API token: INTERN_DECISION_API_TOKEN if set, else the one in {TOKEN_FILE}\n"
               "Ctrl-C stops both.", flush=True)
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        print("stopping ...", flush=True)
     finally:
         shim.stop()
         server.stop()
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install-stub":
         print(triton.install_stub())
         return 0
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    # SIGTERM like Ctrl-C: unwind through up()'s cleanup, which stops the children gracefully.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     return up(args)
 
 

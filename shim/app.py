@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
-import uuid
+import time
 from typing import Any
 
 from starlette.applications import Starlette
@@ -16,7 +15,7 @@ from starlette.routing import Route
 
 from .combining import IncompleteAnswer
 from .errors import ApiError, envelope
-from .middleware import PostGuard
+from .middleware import PostGuard, RequestId
 from .planning import CHUNKING, MAX_QUESTIONS_PER_CALL
 from .service import DecisionService
 from .settings import ShimSettings
@@ -25,35 +24,44 @@ from .validation import InvalidRequest, decide_body, parse_json, shared_body
 
 log = logging.getLogger("intern_decision.shim")
 
-REQUEST_ID_HEADER = "x-request-id"
-_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
+FACTS_TTL_SECONDS = 5.0
 
 
-def request_id_of(request: Request) -> str:
-    given = request.headers.get(REQUEST_ID_HEADER, "")
-    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+class FactsCache:
+    """The model's facts from Triton's metrics port, re-read after FACTS_TTL_SECONDS so a reload shows up."""
 
+    def __init__(self, model: Any, clock=time.monotonic):
+        self._model = model
+        self._clock = clock
+        self._facts: dict | None = None
+        self._read_at = 0.0
 
-def json_response(content: Any, request_id: str, status: int = 200) -> JSONResponse:
-    return JSONResponse(content, status_code=status, headers={"X-Request-Id": request_id})
+    async def get(self) -> dict:
+        if self._facts is None or self._clock() - self._read_at > FACTS_TTL_SECONDS:
+            self._facts = await self._model.facts()
+            self._read_at = self._clock()
+        return self._facts
+
+    def clear(self) -> None:
+        self._facts = None
 
 
 def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
     """model: anything with TritonModel's async predict/ready/facts/open/close (a fake in unit tests)."""
     model = model if model is not None else TritonModel(settings)
     service = DecisionService(model, settings.max_decisions)
-    cached_facts: dict = {}
+    facts = FactsCache(model)
 
     async def health(request: Request) -> JSONResponse:
         not_ready = await model.ready()
-        if not_ready is None and not cached_facts:
+        if not_ready is None:
             try:
-                cached_facts.update(await model.facts())
+                cached_facts = await facts.get()
             except ApiError as exc:
                 not_ready = exc.message
         if not_ready is not None:
-            cached_facts.clear()  # a reloaded model may bring other pins
+            facts.clear()  # a reloaded model may bring other pins
             body = {"status": "unavailable", **envelope("model_unavailable", not_ready)}
             return JSONResponse(body, status_code=503)
         return JSONResponse({
@@ -68,14 +76,12 @@ def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
         })
 
     async def decide(request: Request) -> JSONResponse:
-        request_id = request_id_of(request)
         state, decision = decide_body(parse_json(await request.body()))
-        return json_response(await service.decide(state, decision, request_id), request_id)
+        return JSONResponse(await service.decide(state, decision, request.state.request_id))
 
     async def decide_shared(request: Request) -> JSONResponse:
-        request_id = request_id_of(request)
         state, decisions = shared_body(parse_json(await request.body()))
-        return json_response(await service.decide_shared(state, decisions, request_id), request_id)
+        return JSONResponse(await service.decide_shared(state, decisions, request.state.request_id))
 
     async def invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
         return JSONResponse(envelope("invalid_request", str(exc)), status_code=422)
@@ -112,7 +118,7 @@ def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
             Route("/decide", decide, methods=["POST"]),
             Route("/decide/shared", decide_shared, methods=["POST"]),
         ],
-        middleware=[Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
+        middleware=[Middleware(RequestId), Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
                                max_body_bytes=settings.max_body_bytes)],
         exception_handlers={InvalidRequest: invalid_request, ApiError: api_error, IncompleteAnswer: incomplete_answer,
                             HTTPException: http_error, Exception: unexpected},

@@ -1,4 +1,4 @@
-"""Auth, admission and the body limit, as pure ASGI middleware in the contract's order for a POST:
+"""Pure ASGI middleware: the request id, then auth, admission and the body limit in the contract's order for a POST:
 
 1. auth (401) from the headers alone, so an unauthenticated request never takes a queue slot;
 2. admission (429) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import re
+import uuid
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -17,6 +18,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import envelope
 
 _ASCII_DIGITS = re.compile(rb"[0-9]+")
+_REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
+REQUEST_ID_HEADER = b"x-request-id"
 
 
 def bearer_matches(headers: list[tuple[bytes, bytes]], token: bytes) -> bool:
@@ -100,3 +103,28 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+class RequestId:
+    """Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one.
+
+    The id is put in scope["state"] (request.state.request_id) so the Triton calls can carry it.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((value for name, value in scope["headers"] if name == REQUEST_ID_HEADER), b"")
+        request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex.encode()
+        scope.setdefault("state", {})["request_id"] = request_id.decode("ascii")
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID_HEADER, request_id)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

@@ -37,7 +37,7 @@ class ShimSettings:
             raise ValueError(f"{PREFIX}API_TOKEN must be at least {MIN_TOKEN_LENGTH} visible ASCII characters "
                              f"(33..126), got {len(token)} characters")
         triton_url = env.get(PREFIX + "TRITON_URL", "") or "127.0.0.1:8000"
-        if not _HOST_PORT.fullmatch(triton_url):
+        if not _HOST_PORT.fullmatch(triton_url) or not 1 <= int(triton_url.rsplit(":", 1)[1]) <= 65535:
             raise ValueError(f"{PREFIX}TRITON_URL must be host:port without a scheme, got {triton_url!r}")
         metrics_url = env.get(PREFIX + "TRITON_METRICS_URL", "") or "http://127.0.0.1:8002/metrics"
         if not re.fullmatch(r"https?://\S+", metrics_url):

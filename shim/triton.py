@@ -89,7 +89,10 @@ class TritonModel:
                 text = await response.text()
         except TRANSPORT_ERRORS as exc:
             raise model_unavailable(f"Triton's metrics did not answer: {type(exc).__name__}: {exc}") from None
-        facts = facts_from_metrics(text, self._settings.model_name)
+        try:
+            facts = facts_from_metrics(text, self._settings.model_name)
+        except (ValueError, KeyError) as exc:
+            raise model_unavailable(f"the model's {INFO_METRIC} cannot be read: {type(exc).__name__}: {exc}") from None
         if facts is None:
             raise model_unavailable(f"the model has not published {INFO_METRIC} yet")
         return facts

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,17 +45,30 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def parse_json(body: bytes) -> Any:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidRequest("the body is not UTF-8 JSON") from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise InvalidRequest("the body is nested too deeply") from None
+    except InvalidRequest:
+        raise
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise InvalidRequest(f"the body is not usable JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(body):  # escaped surrogates must pair up into real characters
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest("the body is not usable JSON: it escapes a lone UTF-16 surrogate") from None
+    return value
 
 
 def _object(value: Any, where: str) -> dict:

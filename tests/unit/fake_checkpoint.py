@@ -11,16 +11,19 @@ REVISION = "1" * 40
 
 INFERENCE_TEMPLATE = '''
 import json
+import os
 from types import SimpleNamespace
 
 import torch
 
 torch.events.append("inference.py executed")
+OFFLINE_WHEN_LOADED = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
 MODEL_NAME = "Fake-Decision"
 TOKEN_OFFSET = {token_offset}
 SCORES_DEPEND_ON_VISION = {scores_depend_on_vision}
 WARMUP_FAILS = {warmup_fails}
 PLACED_ON = {placed_on!r}
+HAS_VISION = {has_vision}
 
 
 def validate_request(request):
@@ -49,7 +52,7 @@ class Parameter:
 
 class Model:
     def __init__(self):
-        self.model = SimpleNamespace(visual="original tower")
+        self.model = SimpleNamespace(visual="original tower") if HAS_VISION else SimpleNamespace()
 
     def parameters(self):
         return iter([Parameter()])
@@ -86,11 +89,11 @@ class DecisionEngine:
 
 def write_checkpoint(root: Path, *, revision: str = REVISION, token_offset: int = 0,
                      scores_depend_on_vision: bool = False, warmup_fails: bool = False,
-                     placed_on: str = "cuda") -> tuple[Path, str]:
+                     placed_on: str = "cuda", has_vision: bool = True) -> tuple[Path, str]:
     """Returns (snapshot path, sha256 of its inference.py)."""
     snapshot = root / "models--internlm--Intern-Decision-4B" / "snapshots" / revision
     snapshot.mkdir(parents=True, exist_ok=True)
     text = INFERENCE_TEMPLATE.format(token_offset=token_offset, scores_depend_on_vision=scores_depend_on_vision,
-                                     warmup_fails=warmup_fails, placed_on=placed_on)
+                                     warmup_fails=warmup_fails, placed_on=placed_on, has_vision=has_vision)
     (snapshot / "inference.py").write_text(text)
     return snapshot, hashlib.sha256(text.encode()).hexdigest()

@@ -1,4 +1,5 @@
-"""Engine startup against a fake torch and a fake checkpoint: INV-3, INV-4 (cap), INV-7, INV-8."""
+"""Engine startup against a fake torch and a fake checkpoint: INV-3, INV-4 (cap), INV-5, INV-7, INV-8."""
+import ast
 import hashlib
 import json
 import sys
@@ -10,7 +11,10 @@ from intern_decision_model.engine import WARMUP_REQUEST, ServingEngine
 from intern_decision_model.guard import OutOfMemory
 from intern_decision_model.settings import Settings
 
+from ..conftest import MODEL_VERSION_DIR
 from .fake_checkpoint import REVISION, write_checkpoint
+
+MODEL_PY = MODEL_VERSION_DIR / "model.py"
 from .fake_torch import GIB, make_torch
 
 
@@ -35,6 +39,31 @@ def test_a_good_checkpoint_starts_and_reports_its_pins(tmp_path, torch):
     assert engine.facts["name"] == "Fake-Decision" and engine.facts["vision_tower"] == "removed"
     assert engine.facts["device"] == "cuda:0" and engine.facts["dtype"] == "float32"
     assert ("engine constructed", "cuda:0", "float32", 8192) in torch.events
+
+
+def test_offline_mode_is_set_before_the_checkpoints_code_runs(tmp_path, torch, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    snapshot, sha256 = write_checkpoint(tmp_path)
+    engine = ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
+    assert engine._module.OFFLINE_WHEN_LOADED == ("1", "1")
+
+
+def test_model_py_sets_offline_mode_before_anything_else_is_imported():
+    statements = [node for node in ast.parse(MODEL_PY.read_text()).body if not isinstance(node, ast.Expr)]
+    sources = [ast.unparse(node) for node in statements]
+    offline = [sources.index(f"os.environ['{name}'] = '1'") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
+    imports_before = [source for source, node in zip(sources, statements)
+                      if isinstance(node, (ast.Import, ast.ImportFrom)) and statements.index(node) < max(offline)]
+    assert imports_before == ["import os"]
+
+
+def test_a_model_without_a_vision_tower_refuses_unless_kept(tmp_path, torch):
+    snapshot, sha256 = write_checkpoint(tmp_path, has_vision=False)
+    with pytest.raises(StartupRefused, match="no model.model.visual to remove"):
+        ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
+    engine = ServingEngine.start(settings_for(snapshot, sha256, keep_vision="1"), "cuda:0", torch=torch)
+    assert engine.facts["vision_tower"] == "kept"
 
 
 def test_wrong_inference_hash_refuses_to_start_before_executing_the_file(tmp_path, torch):

@@ -8,6 +8,10 @@ from intern_decision_model.protocol import (OUTCOMES, AnswerNotEncodable, Invali
                                             encode_answer, error_message, kind_of)
 
 
+def test_an_escaped_surrogate_pair_is_a_real_character():
+    assert decode_request(b'{"state": "\\ud83d\\ude00"}') == {"state": "\U0001F600"}
+
+
 def test_a_json_object_is_decoded_unchanged():
     request = {"state": {"a": [1, 2.5, None]}, "questions": {"q": {"type": "choice", "criteria": {"x": "é"}}}}
     assert decode_request(json.dumps(request, ensure_ascii=False).encode()) == request
@@ -24,6 +28,9 @@ def test_a_json_object_is_decoded_unchanged():
     (b'"text"', "the request must be a JSON object, got str"),
     (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
     (b'{"state": 1, "questions": {}, "images": ["/etc/passwd"]}', "this service takes no images"),
+    (b'{"state": 1e999}', "1e999 does not fit a finite number"),
+    (b'{"state": 1' + b"1" * 5000 + b"}", "not usable JSON: Exceeds the limit"),
+    (b'{"state": "\\ud800"}', "lone UTF-16 surrogate"),
 ])
 def test_unusable_request_strings_are_invalid_requests(raw, message):
     with pytest.raises(InvalidRequest, match=message):

@@ -100,6 +100,31 @@ async def test_health_is_503_in_the_envelope_when_the_model_is_not_ready(client,
         "code": "model_unavailable", "message": "the model 'intern_decision' is not ready"}}
 
 
+async def test_health_facts_are_cached_and_re_read_after_their_ttl():
+    from shim.app import FACTS_TTL_SECONDS, FactsCache
+
+    model, now = FakeModel(), [100.0]
+    reads = []
+    facts_of = model.facts
+
+    async def counted_facts():
+        reads.append(now[0])
+        return await facts_of()
+
+    model.facts = counted_facts
+    cache = FactsCache(model, clock=lambda: now[0])
+    assert (await cache.get())["max_tokens"] == 8192
+    now[0] += FACTS_TTL_SECONDS
+    await cache.get()
+    assert reads == [100.0]
+    now[0] += 0.001
+    await cache.get()
+    assert reads == [100.0, 100.0 + FACTS_TTL_SECONDS + 0.001]
+    cache.clear()
+    await cache.get()
+    assert len(reads) == 3
+
+
 # --- Mapping ----------------------------------------------------------------------------------------------------
 
 async def test_decide_sends_one_call_with_field_q_and_the_criteria_in_the_callers_order(client, model):
@@ -154,6 +179,19 @@ async def test_request_id_travels_with_each_triton_call_and_comes_back(client, m
                                  headers={**AUTH, "X-Request-Id": "caller-42"})
     assert response.headers["x-request-id"] == "caller-42"
     assert model.request_ids == ["caller-42.0", "caller-42.1"]
+
+
+@pytest.mark.parametrize("method, path, headers, body, status", [
+    ("POST", "/decide", {}, decide_body(), 401),
+    ("POST", "/decide", AUTH, {"id": ""}, 422),
+    ("GET", "/nowhere", {}, None, 404),
+    ("GET", "/health", {}, None, 200),
+])
+async def test_every_response_carries_a_request_id(client, method, path, headers, body, status):
+    given = await client.request(method, path, headers={**headers, "X-Request-Id": "abc"}, json=body)
+    assert (given.status_code, given.headers["x-request-id"]) == (status, "abc")
+    generated = await client.request(method, path, headers={**headers, "X-Request-Id": "has space"}, json=body)
+    assert len(generated.headers["x-request-id"]) == 32
 
 
 # --- Result -----------------------------------------------------------------------------------------------------
@@ -328,6 +366,8 @@ async def test_a_row_count_above_max_decisions_is_422(model):
     (b'{"id": "x", "state": [Infinity]}', "not finite JSON: Infinity"),
     (b"[1, 2]", "the body must be a JSON object"),
     (b"\xff\xfe", "the body is not UTF-8 JSON"),
+    (b'{"id": "x", "state": 1' + b"1" * 5000 + b"}", "the body is not usable JSON"),
+    (b'{"id": "\\ud800", "state": "s"}', "lone UTF-16 surrogate"),
 ])
 async def test_malformed_or_non_finite_json_is_422(client, model, raw, message):
     response = await client.post("/decide", content=raw, headers={**AUTH, "Content-Type": "application/json"})

@@ -29,7 +29,8 @@ def test_the_full_visible_range_is_accepted():
 @pytest.mark.parametrize("name, value", [
     ("MAX_DECISIONS", "0"), ("MAX_DECISIONS", "-1"), ("MAX_DECISIONS", "1.5"), ("MAX_DECISIONS", "lots"),
     ("MAX_BODY_BYTES", "0"), ("MAX_BODY_BYTES", "1e6"), ("MAX_QUEUE", "0"), ("MAX_QUEUE", " 3"),
-    ("TRITON_URL", "http://127.0.0.1:8000"), ("TRITON_URL", "localhost"),
+    ("TRITON_URL", "http://127.0.0.1:8000"), ("TRITON_URL", "localhost"), ("TRITON_URL", "triton:0"),
+    ("TRITON_URL", "triton:65536"),
     ("TRITON_METRICS_URL", "127.0.0.1:8002/metrics"), ("MODEL_NAME", "a b"),
     ("CALL_TIMEOUT_SECONDS", "0"), ("CALL_TIMEOUT_SECONDS", "inf"), ("HEALTH_TIMEOUT_SECONDS", "soon"),
 ])

@@ -73,25 +73,32 @@ class TritonPythonModel:
         return [self._respond(request) for request in requests]
 
     def _respond(self, request):
+        """Always a response: the answer, or a Triton error whose message starts with the protocol's kind word."""
         started = time.perf_counter()
         request_id = request.request_id() or "-"
-        tokens = None
+        outcome, tokens = "ok", None
         try:
             tensor = pb_utils.get_input_tensor_by_name(request, "REQUEST")
             payload = protocol.decode_request(None if tensor is None else _single_bytes(tensor))
             answer = self._engine.answer(payload)
             tokens = answer["usage"]["input_tokens"]
-            body = protocol.encode_answer(answer)
+            output = pb_utils.Tensor("RESPONSE", np.array([protocol.encode_answer(answer)], dtype=np.object_))
+            response = pb_utils.InferenceResponse(output_tensors=[output])
         except Exception as exc:
             kind = protocol.kind_of(exc)
-            message = protocol.error_message(kind, exc)
+            outcome, message = kind.outcome, protocol.error_message(kind, exc)
             log.warning("request %s: %s", request_id, message)
-            self._metrics.record(kind.outcome, time.perf_counter() - started, tokens, self._engine.memory)
-            return pb_utils.InferenceResponse(output_tensors=[],
-                                              error=pb_utils.TritonError(message, self._codes[kind]))
-        self._metrics.record("ok", time.perf_counter() - started, tokens, self._engine.memory)
-        output = pb_utils.Tensor("RESPONSE", np.array([body], dtype=np.object_))
-        return pb_utils.InferenceResponse(output_tensors=[output])
+            response = pb_utils.InferenceResponse(output_tensors=[],
+                                                  error=pb_utils.TritonError(message, self._codes[kind]))
+        self._record(outcome, time.perf_counter() - started, tokens)
+        return response
+
+    def _record(self, outcome, seconds, tokens):
+        # Metrics must never cost a caller its answer.
+        try:
+            self._metrics.record(outcome, seconds, tokens, self._engine.memory)
+        except Exception:
+            log.exception("metrics update failed")
 
     def finalize(self):
         engine, self._engine = getattr(self, "_engine", None), None

@@ -125,6 +125,9 @@ class ServingEngine:
         cls._check_prompt_hash(module, engine.tokenizer, first)
         vision = "kept"
         if not settings.keep_vision:
+            if not hasattr(model.model, "visual"):
+                raise StartupRefused("vision-tower check failed: the model has no model.model.visual to remove "
+                                     "(set INTERN_DECISION_KEEP_VISION=1 for a model without one)")
             model.model.visual = vision_stub(torch)
             guard.release()
             second = cls._warm_up(engine)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 import json
+import math
+import re
 
 from .guard import OutOfMemory, ScoringFailed
 
@@ -39,8 +41,18 @@ class AnswerNotEncodable(Exception):
     """predict()'s output could not be written as strict JSON."""
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def _refuse_constant(name: str) -> None:
     raise InvalidRequest(f"the request is not strict JSON: {name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise InvalidRequest(f"the request is not strict JSON: {text} does not fit a finite number")
+    return value
 
 
 def decode_request(raw: bytes | None) -> dict:
@@ -51,11 +63,20 @@ def decode_request(raw: bytes | None) -> dict:
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"the request is not UTF-8: {exc.reason} at byte {exc.start}") from None
     try:
-        request = json.loads(text, parse_constant=_refuse_constant)
+        request = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the request is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise InvalidRequest("the request is nested too deeply") from None
+    except InvalidRequest:
+        raise
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise InvalidRequest(f"the request is not usable JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(request, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest("the request is not usable JSON: it escapes a lone UTF-16 surrogate") from None
     if not isinstance(request, dict):
         raise InvalidRequest(f"the request must be a JSON object, got {type(request).__name__}")
     if request.get("images"):
