@@ -120,6 +120,24 @@ def test_oom_is_503_and_the_service_answers_afterwards(http):
     assert after.status_code == 200
 
 
+def test_other_model_failure_is_500_scoring_failed(http):
+    body = {"id": "boom", "state": {"__fixture_fault__": "runtime"}, "question": "q?", "options": options("a", "b")}
+    response = post(http, "/decide", body)
+    assert response.status_code == 500
+    assert response.json()["error"] == {"code": "scoring_failed",
+                                        "message": "RuntimeError: fixture fault: simulated kernel failure"}
+
+
+def test_a_tie_goes_to_the_smaller_option_id_per_ordering_and_to_the_first_in_the_combined_view(http):
+    body = {"id": "tie", "state": {"__fixture_fault__": "tie"}, "question": "q?", "options": options("b", "a"),
+            "orderings": "rotations"}
+    result = post(http, "/decide", body).json()
+    assert [ordering["top"] for ordering in result["orderings"]] == ["a", "a"]
+    assert result["combined"]["probabilities"] == [0.5, 0.5]
+    assert result["combined"]["top"] == "b"
+    assert result["combined"]["agreement"] == 0.0
+
+
 def slow_body(seconds: float) -> dict:
     return {"id": "slow", "state": {"__fixture_fault__": {"sleep_seconds": seconds}}, "question": "q?",
             "options": options("a", "b")}
