@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.http import InferInput
 from tritonclient.utils import InferenceServerException
 
-from .errors import ApiError, from_triton, model_unavailable
+from .errors import from_triton, model_unavailable
 from .settings import ShimSettings
 
 INFO_METRIC = "intern_decision_model_info"
@@ -96,6 +96,3 @@ class TritonModel:
         if facts is None:
             raise model_unavailable(f"the model has not published {INFO_METRIC} yet")
         return facts
-
-
-__all__ = ["TritonModel", "facts_from_metrics", "ApiError"]

@@ -113,6 +113,3 @@ def _single_bytes(tensor) -> bytes:
         raise protocol.InvalidRequest(f"REQUEST must hold exactly one string, got {values.size}")
     value = values[0]
     return value if isinstance(value, bytes) else str(value).encode("utf-8")
-
-
-__all__ = ["TritonPythonModel"]

@@ -194,6 +194,3 @@ class ServingEngine:
     def close(self) -> None:
         self._engine = None
         self._guard.release()
-
-
-__all__ = ["ServingEngine", "StartupRefused", "WARMUP_REQUEST", "render_prompt"]

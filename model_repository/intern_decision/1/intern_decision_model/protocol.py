@@ -11,7 +11,7 @@ import json
 import math
 import re
 
-from .guard import OutOfMemory, ScoringFailed
+from .guard import OutOfMemory
 
 
 class Kind(enum.Enum):
@@ -101,7 +101,3 @@ def kind_of(exc: BaseException) -> Kind:
 
 def error_message(kind: Kind, exc: BaseException) -> str:
     return f"{kind.word}: {exc}"
-
-
-__all__ = ["Kind", "OUTCOMES", "InvalidRequest", "AnswerNotEncodable", "decode_request", "encode_answer",
-           "kind_of", "error_message", "ScoringFailed"]
