@@ -12,6 +12,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from wire.facts import ModelFacts
 
 from .combining import IncompleteAnswer
 from .errors import ApiError, envelope
@@ -34,10 +35,10 @@ class FactsCache:
     def __init__(self, model: Any, clock=time.monotonic):
         self._model = model
         self._clock = clock
-        self._facts: dict | None = None
+        self._facts: ModelFacts | None = None
         self._read_at = 0.0
 
-    async def get(self) -> dict:
+    async def get(self) -> ModelFacts:
         if self._facts is None or self._clock() - self._read_at > FACTS_TTL_SECONDS:
             self._facts = await self._model.facts()
             self._read_at = self._clock()
@@ -48,7 +49,7 @@ class FactsCache:
 
 
 def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
-    """model: anything with TritonModel's async predict/ready/facts/open/close (a fake in unit tests)."""
+    """model: anything with TritonModel's async predict_calls/ready/facts/open/close (a fake in unit tests)."""
     model = model if model is not None else TritonModel(settings)
     service = DecisionService(model, settings.max_decisions)
     facts = FactsCache(model)
@@ -66,9 +67,10 @@ def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
             return JSONResponse(body, status_code=503)
         return JSONResponse({
             "status": "ok",
-            "model": {key: value for key, value in cached_facts.items() if key not in ("vram_cap_gib", "max_tokens")},
-            "vram_cap_gib": cached_facts["vram_cap_gib"],
-            "max_tokens": cached_facts["max_tokens"],
+            "model": {key: value for key, value in cached_facts.as_dict().items()
+                      if key not in ("vram_cap_gib", "max_tokens")},
+            "vram_cap_gib": cached_facts.vram_cap_gib,
+            "max_tokens": cached_facts.max_tokens,
             "max_decisions": settings.max_decisions,
             "max_questions_per_call": MAX_QUESTIONS_PER_CALL,
             "chunking": CHUNKING,

@@ -1,7 +1,11 @@
-"""The error envelope, and the mapping of Triton's errors onto it by the model's kind words (no prose parsing)."""
+"""The error envelope, and the mapping of Triton's errors onto it by the wire protocol's kinds (no prose parsing)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from wire.protocol import parse_error
+
+UNAVAILABLE = (502, "model_unavailable")
 
 
 @dataclass
@@ -18,21 +22,12 @@ def envelope(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}
 
 
-# (Triton's HTTP status, the model's kind word) -> (our status, our code)
-MODEL_ERRORS = {
-    ("400", "invalid_request"): (422, "invalid_request"),
-    ("503", "out_of_memory"): (503, "out_of_memory"),
-    ("500", "scoring_failed"): (500, "scoring_failed"),
-}
-UNAVAILABLE = (502, "model_unavailable")
-
-
-def from_triton(status: str | None, message: str) -> ApiError:
-    kind, separator, detail = message.partition(": ")
-    mapped = MODEL_ERRORS.get((status or "", kind)) if separator else None
-    if mapped is None:
+def from_triton(status: int | str | None, message: str) -> ApiError:
+    """The model's own error (its kind fails the whole request), or model_unavailable for Triton's own."""
+    error = parse_error(status, message)
+    if error is None:
         return model_unavailable(f"Triton answered {status or 'without a status'}: {message}")
-    return ApiError(mapped[0], mapped[1], detail)
+    return ApiError(error.kind.status, error.kind.code, error.detail)
 
 
 def model_unavailable(message: str) -> ApiError:

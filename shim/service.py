@@ -12,7 +12,7 @@ from .validation import Decision
 
 
 class Model(Protocol):
-    async def predict(self, request: dict, request_id: str) -> dict: ...
+    async def predict_calls(self, requests: list[dict], request_id: str) -> list[dict]: ...
 
 
 class DecisionService:
@@ -23,11 +23,9 @@ class DecisionService:
 
     async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], list[dict]]:
         calls = plan(decisions, self._max_decisions)
-        answers = []
+        requests = [call.predict_request(state, decisions) for call in calls]
         async with self._lock:
-            for call in calls:
-                answers.append(await self._model.predict(call.predict_request(state, decisions),
-                                                         f"{request_id}.{call.index}"))
+            answers = await self._model.predict_calls(requests, request_id)
         return calls, answers
 
     @staticmethod

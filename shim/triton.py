@@ -1,28 +1,33 @@
-"""The model behind Triton, over tritonclient's asyncio HTTP client (the wire protocol: docs/wire-protocol.md).
+"""The model behind Triton (the wire protocol: wire/, docs/wire-protocol.md).
 
-Inference and health use separate clients, so /health never queues behind an inference's connection. The model
-facts come from the intern_decision_model_info gauge on Triton's metrics port, which Triton serves itself.
+tritonclient builds and parses the binary KServe v2 bodies; they travel over kept-alive HTTP/1.1 connections of our
+own (http1), one for inferences and one for health, so /health never waits behind an inference. A request's calls
+go to the model as one inference request. The model facts come from the info gauge on Triton's metrics port, which
+Triton serves itself.
 """
 from __future__ import annotations
 
-import asyncio
 import json
+from urllib.parse import urlsplit
 
-import aiohttp
+import httptools
 import numpy as np
-import tritonclient.http.aio as triton_http
 from prometheus_client.parser import text_string_to_metric_families
-from tritonclient.http import InferInput
-from tritonclient.utils import InferenceServerException
+from tritonclient.http import InferenceServerClient, InferInput
+from wire import strict_json
+from wire.facts import INFO_METRIC, ModelFacts
+from wire.protocol import REQUEST, RESPONSE
 
+from .combining import IncompleteAnswer
 from .errors import from_triton, model_unavailable
+from .http1 import Http1Connection
 from .settings import ShimSettings
 
-INFO_METRIC = "intern_decision_model_info"
-TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+TRANSPORT_ERRORS = (OSError, TimeoutError, httptools.HttpParserError)
+JSON_HEADERS = {"Accept": "application/json"}
 
 
-def facts_from_metrics(text: str, model_name: str) -> dict | None:
+def facts_from_metrics(text: str, model_name: str) -> ModelFacts | None:
     """The model's pins and limits from the info gauge, or None while the model has not published them."""
     for family in text_string_to_metric_families(text):
         if family.name != INFO_METRIC:
@@ -30,69 +35,93 @@ def facts_from_metrics(text: str, model_name: str) -> dict | None:
         for sample in family.samples:
             labels = dict(sample.labels)
             if labels.pop("model", None) == model_name and sample.value == 1:
-                cap = labels.get("vram_cap_gib", "")
-                labels["vram_cap_gib"] = float(cap) if cap else None
-                labels["max_tokens"] = int(labels["max_tokens"])
-                return labels
+                return ModelFacts.from_labels(labels)
     return None
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 class TritonModel:
     def __init__(self, settings: ShimSettings):
         self._settings = settings
-        self._infer_client: triton_http.InferenceServerClient | None = None
-        self._health_client: triton_http.InferenceServerClient | None = None
-        self._metrics_session: aiohttp.ClientSession | None = None
+        self._infer_path = f"/v2/models/{settings.model_name}/infer"
+        self._inference = Http1Connection(*_host_port(settings.triton_url))
+        self._health = Http1Connection(*_host_port(settings.triton_url))
+        metrics = urlsplit(settings.metrics_url)
+        self._metrics = Http1Connection(metrics.hostname, metrics.port or 80)
+        self._metrics_target = metrics.path + (f"?{metrics.query}" if metrics.query else "")
 
     async def open(self) -> None:
-        settings = self._settings
-        self._infer_client = triton_http.InferenceServerClient(settings.triton_url,
-                                                               conn_timeout=settings.call_timeout_seconds)
-        self._health_client = triton_http.InferenceServerClient(settings.triton_url,
-                                                                conn_timeout=settings.health_timeout_seconds)
-        self._metrics_session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=settings.health_timeout_seconds))
+        """Connections open on first use."""
 
     async def close(self) -> None:
-        for client in (self._infer_client, self._health_client):
-            if client is not None:
-                await client.close()
-        if self._metrics_session is not None:
-            await self._metrics_session.close()
+        for connection in (self._inference, self._health, self._metrics):
+            await connection.close()
 
-    async def predict(self, request: dict, request_id: str) -> dict:
-        tensor = InferInput("REQUEST", [1], "BYTES")
-        tensor.set_data_from_numpy(np.array([json.dumps(request, ensure_ascii=False).encode()], dtype=np.object_))
+    async def predict_calls(self, requests: list[dict], request_id: str) -> list[dict]:
+        """predict()'s answers to the calls, in order, from one inference request; the whole request fails with
+        the first call that fails."""
+        tensor = InferInput(REQUEST, [len(requests)], "BYTES")
+        tensor.set_data_from_numpy(np.array([strict_json.dumps(request) for request in requests], dtype=np.object_))
+        body, json_size = InferenceServerClient.generate_request_body([tensor], request_id=request_id)
+        headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size)}
+        timeout = self._settings.call_timeout_seconds * len(requests)
         try:
-            result = await self._infer_client.infer(self._settings.model_name, [tensor], request_id=request_id)
-        except InferenceServerException as exc:
-            raise from_triton(exc.status(), exc.message()) from None
+            response = await self._inference.request("POST", self._infer_path, timeout, body, headers)
         except TRANSPORT_ERRORS as exc:
             raise model_unavailable(f"Triton did not answer: {type(exc).__name__}: {exc}") from None
-        return json.loads(result.as_numpy("RESPONSE")[0])
+        if response.status != 200:
+            raise from_triton(response.status, _triton_error(response.body))
+        try:
+            header_length = response.headers.get("inference-header-content-length")
+            result = InferenceServerClient.parse_response_body(
+                response.body, header_length=None if header_length is None else int(header_length))
+            answers = [json.loads(answer) for answer in result.as_numpy(RESPONSE).reshape(-1)]
+        except Exception as exc:  # tritonclient raises several kinds for an unreadable body
+            raise IncompleteAnswer(f"the model's answer cannot be read: {type(exc).__name__}: {exc}") from None
+        if len(answers) != len(requests):
+            raise IncompleteAnswer(f"the model answered {len(answers)} calls of {len(requests)}")
+        return answers
 
     async def ready(self) -> str | None:
         """None when Triton and the model are ready, else why not."""
+        timeout = self._settings.health_timeout_seconds
         try:
-            if not await self._health_client.is_server_ready():
+            server = await self._health.request("GET", "/v2/health/ready", timeout, headers=JSON_HEADERS)
+            if server.status != 200:
                 return "Triton is not ready"
-            if not await self._health_client.is_model_ready(self._settings.model_name):
+            model = await self._health.request("GET", f"/v2/models/{self._settings.model_name}/ready", timeout,
+                                               headers=JSON_HEADERS)
+            if model.status != 200:
                 return f"the model {self._settings.model_name!r} is not ready"
-        except (InferenceServerException, *TRANSPORT_ERRORS) as exc:
+        except TRANSPORT_ERRORS as exc:
             return f"Triton did not answer: {type(exc).__name__}: {exc}"
         return None
 
-    async def facts(self) -> dict:
+    async def facts(self) -> ModelFacts:
         try:
-            async with self._metrics_session.get(self._settings.metrics_url) as response:
-                response.raise_for_status()
-                text = await response.text()
+            response = await self._metrics.request("GET", self._metrics_target,
+                                                    self._settings.health_timeout_seconds)
         except TRANSPORT_ERRORS as exc:
             raise model_unavailable(f"Triton's metrics did not answer: {type(exc).__name__}: {exc}") from None
+        if response.status != 200:
+            raise model_unavailable(f"Triton's metrics answered {response.status}")
         try:
-            facts = facts_from_metrics(text, self._settings.model_name)
+            facts = facts_from_metrics(response.body.decode("utf-8"), self._settings.model_name)
         except (ValueError, KeyError) as exc:
             raise model_unavailable(f"the model's {INFO_METRIC} cannot be read: {type(exc).__name__}: {exc}") from None
         if facts is None:
             raise model_unavailable(f"the model has not published {INFO_METRIC} yet")
         return facts
+
+
+def _triton_error(body: bytes) -> str:
+    """The message of Triton's error body {"error": "..."}, or the body itself when it is not that."""
+    try:
+        message = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return body.decode("utf-8", "replace")
+    return message if isinstance(message, str) else json.dumps(message)

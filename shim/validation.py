@@ -1,11 +1,10 @@
 """semif-serve's request rules, re-stated by the contract; a violation is InvalidRequest naming the field."""
 from __future__ import annotations
 
-import json
-import math
-import re
 from dataclasses import dataclass
 from typing import Any
+
+from wire import strict_json
 
 ORDERINGS = ("none", "rotations", "all")
 MIN_OPTIONS, MAX_OPTIONS = 2, 16
@@ -34,41 +33,11 @@ class Decision:
         return [option.id for option in self.options]
 
 
-def _refuse_constant(name: str) -> None:
-    raise InvalidRequest(f"the body is not finite JSON: {name}")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise InvalidRequest(f"the body is not finite JSON: {text} does not fit a finite number")
-    return value
-
-
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
 def parse_json(body: bytes) -> Any:
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidRequest("the body is not UTF-8 JSON") from None
-    try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise InvalidRequest("the body is nested too deeply") from None
-    except InvalidRequest:
-        raise
-    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
-        raise InvalidRequest(f"the body is not usable JSON: {exc}") from None
-    if _SURROGATE_ESCAPE.search(body):  # escaped surrogates must pair up into real characters
-        try:
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidRequest("the body is not usable JSON: it escapes a lone UTF-16 surrogate") from None
-    return value
+        return strict_json.loads(body, "the body")
+    except strict_json.NotStrictJson as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 def _object(value: Any, where: str) -> dict:

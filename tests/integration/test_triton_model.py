@@ -40,18 +40,28 @@ REQUESTS = {
 }
 
 
-def infer(server: TritonServer, payload: object, request_id: str = "") -> dict:
-    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    tensor = httpclient.InferInput("REQUEST", [1], "BYTES")
-    tensor.set_data_from_numpy(np.array([raw], dtype=np.object_))
+def infer_calls(server: TritonServer, payloads: list, request_id: str = "") -> list[dict]:
+    """One inference request carrying the calls (wire protocol v2); the answers in call order."""
+    raws = [payload if isinstance(payload, bytes) else json.dumps(payload).encode() for payload in payloads]
+    tensor = httpclient.InferInput("REQUEST", [len(raws)], "BYTES")
+    tensor.set_data_from_numpy(np.array(raws, dtype=np.object_))
     with httpclient.InferenceServerClient(server.http_url) as client:
         result = client.infer(MODEL, [tensor], request_id=request_id)
-    return json.loads(result.as_numpy("RESPONSE")[0])
+    return [json.loads(answer) for answer in result.as_numpy("RESPONSE")]
+
+
+def infer(server: TritonServer, payload: object, request_id: str = "") -> dict:
+    (answer,) = infer_calls(server, [payload], request_id)
+    return answer
 
 
 def infer_error(server: TritonServer, payload: object, request_id: str = "") -> InferenceServerException:
+    return infer_calls_error(server, [payload], request_id)
+
+
+def infer_calls_error(server: TritonServer, payloads: list, request_id: str = "") -> InferenceServerException:
     with pytest.raises(InferenceServerException) as caught:
-        infer(server, payload, request_id)
+        infer_calls(server, payloads, request_id)
     return caught.value
 
 
@@ -91,7 +101,7 @@ def test_answer_equals_predict_in_process_number_for_number(triton, fixture_pins
 def test_validation_error_is_invalid_argument_with_the_models_message(triton):
     error = infer_error(triton, {"state": "s", "questions": {}})
     assert error.status() == "400"
-    assert error.message() == "invalid_request: Supply 1–16 questions."
+    assert error.message() == "invalid_request: call 0: Supply 1–16 questions."
 
 
 def test_over_limit_token_count_is_invalid_argument_never_truncated(triton):
@@ -99,7 +109,7 @@ def test_over_limit_token_count_is_invalid_argument_never_truncated(triton):
                "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}}
     error = infer_error(triton, request)
     assert error.status() == "400"
-    assert error.message().startswith("invalid_request: Example has ")
+    assert error.message().startswith("invalid_request: call 0: Example has ")
     assert error.message().endswith(f" tokens, above {TEST_MAX_TOKENS}; truncation is forbidden")
 
 
@@ -107,14 +117,14 @@ def test_reserved_marker_in_the_input_is_invalid_argument(triton):
     error = infer_error(triton, {"state": "say <decision> here",
                                  "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}})
     assert (error.status(), error.message()) == \
-        ("400", "invalid_request: Reserved decision marker appears in input evidence")
+        ("400", "invalid_request: call 0: Reserved decision marker appears in input evidence")
 
 
 @pytest.mark.parametrize("raw, message", [
-    (b"{not json", "invalid_request: the request is not JSON"),
-    (b"[1, 2, 3]", "invalid_request: the request must be a JSON object, got list"),
-    (b'{"state": NaN}', "invalid_request: the request is not strict JSON"),
-    (b"\xff", "invalid_request: the request is not UTF-8"),
+    (b"{not json", "invalid_request: call 0: the request is not JSON"),
+    (b"[1, 2, 3]", "invalid_request: call 0: the request must be a JSON object, got list"),
+    (b'{"state": NaN}', "invalid_request: call 0: the request is not finite JSON"),
+    (b"\xff", "invalid_request: call 0: the request is not UTF-8"),
 ])
 def test_unusable_request_strings_are_invalid_argument(triton, raw, message):
     error = infer_error(triton, raw)
@@ -126,14 +136,14 @@ def test_missing_input_tensor_is_invalid_argument(triton):
         with pytest.raises(InferenceServerException) as caught:
             client.infer(MODEL, [])
     assert caught.value.status() == "400"
-    assert caught.value.message() == "invalid_request: the request carries no REQUEST tensor"
+    assert caught.value.message() == "invalid_request: call 0: the request carries no REQUEST tensor"
 
 
 def test_oom_is_unavailable_and_the_model_answers_the_next_request(triton):
     oom = {"state": {"__fixture_fault__": "oom"}, "questions": REQUESTS["one choice over a string state"]["questions"]}
     error = infer_error(triton, oom)
     assert error.status() == "503"
-    assert error.message().startswith("out_of_memory: OutOfMemoryError: CUDA out of memory")
+    assert error.message().startswith("out_of_memory: call 0: OutOfMemoryError: CUDA out of memory")
     assert infer(triton, REQUESTS["one choice over a string state"])["answers"]["q"]["decision"] in ("billing", "delivery")
 
 
@@ -142,13 +152,38 @@ def test_other_failure_is_internal_with_its_kind_word(triton):
                "questions": REQUESTS["one choice over a string state"]["questions"]}
     error = infer_error(triton, failing)
     assert error.status() == "500"
-    assert error.message() == "scoring_failed: RuntimeError: fixture fault: simulated kernel failure"
+    assert error.message() == "scoring_failed: call 0: RuntimeError: fixture fault: simulated kernel failure"
 
 
-def test_request_id_reaches_the_model_log(triton):
-    infer_error(triton, {"state": "s", "questions": {}}, request_id="req-7f3a")
+def test_a_requests_calls_are_answered_in_order_each_equal_to_predict_in_process(triton, in_process):
+    module, engine = in_process
+    requests = [REQUESTS[name] for name in sorted(REQUESTS)] + [REQUESTS["one choice over a string state"]]
+    served = infer_calls(triton, requests)
+    assert len(served) == len(requests)
+    for request, answer in zip(requests, served):
+        local = engine.predict(request)
+        assert (answer["answers"], answer["usage"]) == (local["answers"], local["usage"])
+
+
+def test_a_failed_call_stops_the_request_there_and_names_the_call(triton):
+    good = REQUESTS["one choice over a string state"]
+    before = read_metrics(triton)
+    error = infer_calls_error(triton, [good, {"state": "s", "questions": {}}, good], request_id="req-stop")
+    assert (error.status(), error.message()) == ("400", "invalid_request: call 1: Supply 1–16 questions.")
+    # call 0 ran, call 1 failed, call 2 never ran
+    assert settled_call_counts(triton, before, {"ok": 1, "invalid": 1, "out_of_memory": 0, "failed": 0})
+
+
+def test_an_empty_request_tensor_is_invalid(triton):
+    error = infer_calls_error(triton, [])
+    assert (error.status(), error.message()) == ("400", "invalid_request: call 0: REQUEST holds no calls")
+
+
+def test_request_id_and_call_index_reach_the_model_log(triton):
+    good = REQUESTS["one choice over a string state"]
+    infer_calls_error(triton, [good, {"state": "s", "questions": {}}], request_id="req-7f3a")
     deadline = time.monotonic() + 5
-    while "request req-7f3a: invalid_request: Supply 1–16 questions." not in triton.log_text():
+    while "request req-7f3a.1: invalid_request: call 1: Supply 1–16 questions." not in triton.log_text():
         assert time.monotonic() < deadline, triton.log_text()[-2000:]
         time.sleep(0.1)
 
@@ -169,29 +204,41 @@ def calls(metrics: dict, outcome: str) -> float:
                         (("model", MODEL), ("outcome", outcome))), 0.0)
 
 
+def settled_call_counts(server: TritonServer, before: dict, expected: dict[str, int], timeout: float = 5) -> bool:
+    """The model applies its metric updates off the response path: wait until the counts reach what is expected."""
+    deadline = time.monotonic() + timeout
+    while True:
+        after = read_metrics(server)
+        counts = {outcome: calls(after, outcome) - calls(before, outcome) for outcome in expected}
+        if counts == expected or time.monotonic() > deadline:
+            assert counts == expected
+            return True
+        time.sleep(0.05)
+
+
 def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pins):
     before = read_metrics(triton)
     good = REQUESTS["one choice over a string state"]
     infer(triton, good)
-    infer(triton, good)
+    infer_calls(triton, [good, good])
     infer_error(triton, {"state": "s", "questions": {}})
     infer_error(triton, {"state": {"__fixture_fault__": "oom"}, "questions": good["questions"]})
     infer_error(triton, {"state": {"__fixture_fault__": "runtime"}, "questions": good["questions"]})
+    settled_call_counts(triton, before, {"ok": 3, "invalid": 1, "out_of_memory": 1, "failed": 1})
     after = read_metrics(triton)
 
     assert f'nv_inference_request_success{{model="{MODEL}",version="1"}}' in metrics_text(triton)
     success = ("nv_inference_request_success_total", (("model", MODEL), ("version", "1")))
-    # Triton counts an error response as a success: that is why the model keeps its own outcome counter.
+    # Triton counts inference requests (one per HTTP request, whatever its calls), and an error response as a
+    # success: that is why the model keeps its own counter of calls by outcome.
     assert after[success] - before.get(success, 0) == 5
-    assert {outcome: calls(after, outcome) - calls(before, outcome)
-            for outcome in ("ok", "invalid", "out_of_memory", "failed")} == \
-        {"ok": 2, "invalid": 1, "out_of_memory": 1, "failed": 1}
 
     count = ("intern_decision_inference_seconds_count", (("model", MODEL),))
-    assert after[count] - before.get(count, 0) == 5
+    assert after[count] - before.get(count, 0) == 6
     tokens = ("intern_decision_input_tokens_count", (("model", MODEL),))
-    assert after[tokens] - before.get(tokens, 0) == 2
-    assert after[("intern_decision_gpu_memory_bytes", (("kind", "reserved"), ("model", MODEL)))] == 0
+    assert after[tokens] - before.get(tokens, 0) == 3
+    for kind in ("reserved", "allocated", "peak_reserved"):
+        assert after[("intern_decision_gpu_memory_bytes", (("kind", kind), ("model", MODEL)))] == 0
     info = [labels for (name, labels) in after if name == "intern_decision_model_info"]
     assert len(info) == 1
     assert dict(info[0])["revision"] == fixture_pins.revision

@@ -9,6 +9,7 @@ import asyncio
 import math
 
 from shim.errors import ApiError
+from wire.facts import ModelFacts
 
 FACTS = {"name": "Fake-Decision", "repo": "internlm/Intern-Decision-4B", "revision": "f" * 40,
          "inference_sha256": "e" * 64, "prompt_version": "inference.py@sha256:eeeeeeeeeeeeeeee",
@@ -59,27 +60,31 @@ class FakeModel:
                 "model_facts": {key: FACTS[key] for key in
                                 ("name", "repo", "revision", "inference_sha256", "dtype", "device")}}
 
-    async def predict(self, request: dict, request_id: str) -> dict:
+    async def predict_calls(self, requests: list[dict], request_id: str) -> list[dict]:
+        """Like Triton with the model: the calls run in order and the first failure ends the request."""
         self.active += 1
         self.max_active = max(self.max_active, self.active)
+        self.request_ids.append(request_id)
         try:
-            self.calls.append(request)
-            self.request_ids.append(request_id)
-            if self.gate is not None:
-                await self.gate.wait()
-            else:
-                await asyncio.sleep(0)
-            if self.fail_with is not None and self.fail_on_call in (None, len(self.calls) - 1):
-                raise self.fail_with
-            return self.answer_for(request)
+            answers = []
+            for request in requests:
+                self.calls.append(request)
+                if self.gate is not None:
+                    await self.gate.wait()
+                else:
+                    await asyncio.sleep(0)
+                if self.fail_with is not None and self.fail_on_call in (None, len(self.calls) - 1):
+                    raise self.fail_with
+                answers.append(self.answer_for(request))
+            return answers
         finally:
             self.active -= 1
 
     async def ready(self) -> str | None:
         return self.is_ready
 
-    async def facts(self) -> dict:
-        return dict(FACTS)
+    async def facts(self) -> ModelFacts:
+        return ModelFacts(**FACTS)
 
     async def open(self) -> None:
         self.opened = True

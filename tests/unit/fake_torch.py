@@ -21,6 +21,7 @@ class FakeCuda:
         self.total_memory = total_memory
         self.reserved = 0
         self.allocated = 0
+        self.peak_reserved = 0
         self.OutOfMemoryError = type("OutOfMemoryError", (RuntimeError,), {})
 
     def is_available(self) -> bool:
@@ -44,6 +45,9 @@ class FakeCuda:
     def memory_allocated(self, device):
         return self.allocated
 
+    def max_memory_reserved(self, device):
+        return self.peak_reserved
+
     def empty_cache(self):
         self.events.append("empty_cache")
 
@@ -54,7 +58,8 @@ class CpuOnlyCuda(FakeCuda):
     def _no_cuda(self, *args, **kwargs):
         raise AssertionError("Torch not compiled with CUDA enabled")
 
-    set_per_process_memory_fraction = memory_reserved = memory_allocated = get_device_capability = _no_cuda
+    set_per_process_memory_fraction = memory_reserved = memory_allocated = max_memory_reserved = _no_cuda
+    get_device_capability = _no_cuda
     get_device_properties = _no_cuda
 
     def empty_cache(self):

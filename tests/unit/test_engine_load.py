@@ -35,9 +35,9 @@ def settings_for(snapshot, sha256, **env):
 def test_a_good_checkpoint_starts_and_reports_its_pins(tmp_path, torch):
     snapshot, sha256 = write_checkpoint(tmp_path)
     engine = ServingEngine.start(settings_for(snapshot, sha256, dtype="float32"), "cuda:0", torch=torch)
-    assert engine.facts["revision"] == REVISION and engine.facts["inference_sha256"] == sha256
-    assert engine.facts["name"] == "Fake-Decision" and engine.facts["vision_tower"] == "removed"
-    assert engine.facts["device"] == "cuda:0" and engine.facts["dtype"] == "float32"
+    assert engine.facts.revision == REVISION and engine.facts.inference_sha256 == sha256
+    assert engine.facts.name == "Fake-Decision" and engine.facts.vision_tower == "removed"
+    assert engine.facts.device == "cuda:0" and engine.facts.dtype == "float32"
     assert ("engine constructed", "cuda:0", "float32", 8192) in torch.events
 
 
@@ -63,7 +63,7 @@ def test_a_model_without_a_vision_tower_refuses_unless_kept(tmp_path, torch):
     with pytest.raises(StartupRefused, match="no model.model.visual to remove"):
         ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
     engine = ServingEngine.start(settings_for(snapshot, sha256, keep_vision="1"), "cuda:0", torch=torch)
-    assert engine.facts["vision_tower"] == "kept"
+    assert engine.facts.vision_tower == "kept"
 
 
 def test_wrong_inference_hash_refuses_to_start_before_executing_the_file(tmp_path, torch):
@@ -111,7 +111,7 @@ def test_no_cuda_refuses_unless_cpu_is_explicit(tmp_path, monkeypatch):
     with pytest.raises(StartupRefused, match="CUDA check failed: cuda:0 was asked for"):
         ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
     engine = ServingEngine.start(settings_for(snapshot, sha256, device="cpu"), "cpu", torch=torch)
-    assert engine.memory == (0, 0)
+    assert engine.memory == (0, 0, 0)
 
 
 def test_card_missing_from_the_arch_list_refuses(tmp_path, monkeypatch):
@@ -143,7 +143,7 @@ def test_vision_swap_refuses_when_the_warm_up_changes(tmp_path, torch):
 def test_keep_vision_keeps_the_tower_and_skips_the_swap(tmp_path, torch):
     snapshot, sha256 = write_checkpoint(tmp_path, scores_depend_on_vision=True)
     engine = ServingEngine.start(settings_for(snapshot, sha256, keep_vision="1"), "cuda:0", torch=torch)
-    assert engine.facts["vision_tower"] == "kept"
+    assert engine.facts.vision_tower == "kept"
     assert engine._engine.backend.model.model.visual == "original tower"
 
 

@@ -1,8 +1,10 @@
-"""Triton python backend for Intern-Decision: one predict() per JSON-string request.
+"""Triton python backend for Intern-Decision: one inference request carries all of an HTTP request's calls.
 
-The work is done in intern_decision_model (beside this file, importable without Triton); this file only adapts it
-to Triton: configuration and startup in initialize, tensors and errors in execute, metrics, and logging through
-pb_utils.Logger. A request id given by the caller (tritonclient's request_id) appears in every log line about it.
+REQUEST is a string tensor [n], one predict() request per element in run order; execute runs them one after another
+and answers RESPONSE [n], or stops at the first failure and answers a Triton error naming the kind and the call
+(wire/, docs/wire-protocol.md). The work is done in intern_decision_model (beside this file, importable without
+Triton); this file only adapts it to Triton: configuration and startup in initialize, tensors and errors in execute,
+metrics, and logging through pb_utils.Logger. A call's log lines name it as <request id>.<call index>.
 """
 import os
 
@@ -15,20 +17,13 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
+from wire.protocol import OK_OUTCOME, REQUEST, RESPONSE, error_message  # noqa: E402
 
 from intern_decision_model import protocol  # noqa: E402
+from intern_decision_model.checkpoint import StartupRefused  # noqa: E402
 from intern_decision_model.engine import ServingEngine  # noqa: E402
-from intern_decision_model.metrics import ModelMetrics  # noqa: E402
+from intern_decision_model.metrics import CallRecord, ModelMetrics  # noqa: E402
 from intern_decision_model.settings import Settings, instance_device  # noqa: E402
-
-
-def _triton_codes() -> dict:
-    # pb_utils.TritonError exists only once the stub has started, not while this file is imported.
-    return {
-        protocol.Kind.INVALID: pb_utils.TritonError.INVALID_ARG,
-        protocol.Kind.OUT_OF_MEMORY: pb_utils.TritonError.UNAVAILABLE,
-        protocol.Kind.FAILED: pb_utils.TritonError.INTERNAL,
-    }
 
 
 class _TritonLogHandler(logging.Handler):
@@ -59,57 +54,71 @@ def _route_logging() -> None:
 class TritonPythonModel:
     def initialize(self, args):
         _route_logging()
+        self._engine = None
         try:
             settings = Settings.from_env(os.environ)
             device = instance_device(settings.device, args["model_instance_kind"], args["model_instance_device_id"])
             self._engine = ServingEngine.start(settings, device)
+            self._metrics = _start_metrics(args["model_name"], self._engine)
         except Exception as exc:
             log.error("startup refused: %s: %s", type(exc).__name__, exc)
+            self.finalize()
             raise
-        self._metrics = ModelMetrics(pb_utils, args["model_name"], self._engine.facts)
-        self._codes = _triton_codes()
 
     def execute(self, requests):
         return [self._respond(request) for request in requests]
 
     def _respond(self, request):
-        """Always a response: the answer, or a Triton error whose message starts with the protocol's kind word."""
-        started = time.perf_counter()
+        """Always a response: every call's answer, or a Triton error naming the kind and the failed call."""
         request_id = request.request_id() or "-"
-        outcome, tokens = "ok", None
+        records, call, started = [], 0, time.perf_counter()
         try:
-            tensor = pb_utils.get_input_tensor_by_name(request, "REQUEST")
-            payload = protocol.decode_request(None if tensor is None else _single_bytes(tensor))
-            answer = self._engine.answer(payload)
-            tokens = answer["usage"]["input_tokens"]
-            output = pb_utils.Tensor("RESPONSE", np.array([protocol.encode_answer(answer)], dtype=np.object_))
+            raws = _call_strings(pb_utils.get_input_tensor_by_name(request, REQUEST))
+            decoded = []
+            for call, raw in enumerate(raws):
+                started = time.perf_counter()
+                decoded.append((protocol.decode_call(raw), time.perf_counter() - started))
+            encoded = []
+            for call, (payload, decode_seconds) in enumerate(decoded):
+                started = time.perf_counter()
+                answer = self._engine.answer(payload)
+                encoded.append(protocol.encode_answer(answer))
+                records.append(CallRecord(OK_OUTCOME, decode_seconds + time.perf_counter() - started,
+                                          answer["usage"]["input_tokens"]))
+            output = pb_utils.Tensor(RESPONSE, np.array(encoded, dtype=np.object_))
             response = pb_utils.InferenceResponse(output_tensors=[output])
         except Exception as exc:
             kind = protocol.kind_of(exc)
-            outcome, message = kind.outcome, protocol.error_message(kind, exc)
-            log.warning("request %s: %s", request_id, message)
-            response = pb_utils.InferenceResponse(output_tensors=[],
-                                                  error=pb_utils.TritonError(message, self._codes[kind]))
-        self._record(outcome, time.perf_counter() - started, tokens)
+            records.append(CallRecord(kind.outcome, time.perf_counter() - started, None))
+            message = error_message(kind, call, str(exc))
+            log.warning("request %s.%d: %s", request_id, call, message)
+            response = pb_utils.InferenceResponse(
+                output_tensors=[], error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, kind.triton_code)))
+        self._metrics.record(records)
         return response
 
-    def _record(self, outcome, seconds, tokens):
-        # Metrics must never cost a caller its answer.
-        try:
-            self._metrics.record(outcome, seconds, tokens, self._engine.memory)
-        except Exception:
-            log.exception("metrics update failed")
-
     def finalize(self):
+        metrics, self._metrics = getattr(self, "_metrics", None), None
+        if metrics is not None:
+            metrics.close()
         engine, self._engine = getattr(self, "_engine", None), None
         if engine is not None:
             engine.close()
             log.info("finalized: engine released")
 
 
-def _single_bytes(tensor) -> bytes:
+def _start_metrics(model_name, engine):
+    try:
+        return ModelMetrics(pb_utils, model_name, engine.facts, lambda: engine.memory)
+    except Exception as exc:
+        raise StartupRefused(f"metrics check failed: the model's metrics could not be registered: "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+
+def _call_strings(tensor) -> list:
+    if tensor is None:
+        raise protocol.InvalidRequest(f"the request carries no {REQUEST} tensor")
     values = tensor.as_numpy().reshape(-1)
-    if values.size != 1:
-        raise protocol.InvalidRequest(f"REQUEST must hold exactly one string, got {values.size}")
-    value = values[0]
-    return value if isinstance(value, bytes) else str(value).encode("utf-8")
+    if values.size == 0:
+        raise protocol.InvalidRequest(f"{REQUEST} holds no calls")
+    return [value if isinstance(value, bytes) else str(value).encode("utf-8") for value in values]

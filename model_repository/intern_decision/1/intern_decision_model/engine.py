@@ -14,6 +14,8 @@ import os
 from types import ModuleType
 from typing import Any
 
+from wire.facts import ModelFacts
+
 from .checkpoint import StartupRefused, load_inference_module, verify_snapshot_path
 from .guard import CallGuard
 from .settings import PINNED_REPO, Settings
@@ -94,13 +96,14 @@ def apply_vram_cap(torch: Any, device: str, cap_gib: float | None) -> None:
 
 class ServingEngine:
     def __init__(self, settings: Settings, device: str, module: ModuleType, engine: Any, guard: CallGuard,
-                 facts: dict):
+                 facts: ModelFacts):
         self.settings = settings
         self.device = device
         self._module = module
         self._engine = engine
         self._guard = guard
         self.facts = facts
+        self._answer_facts = facts.of_answer()
 
     @classmethod
     def start(cls, settings: Settings, device: str, torch: Any = None) -> "ServingEngine":
@@ -137,19 +140,19 @@ class ServingEngine:
             vision = "removed"
         guard.mark_baseline()
 
-        facts = {
-            "name": module.MODEL_NAME,
-            "repo": PINNED_REPO,
-            "revision": settings.revision,
-            "inference_sha256": settings.inference_sha256,
-            "prompt_version": settings.prompt_version,
-            "dtype": settings.dtype,
-            "device": device,
-            "vram_cap_gib": settings.vram_cap_gib,
-            "max_tokens": settings.max_tokens,
-            "vision_tower": vision,
-        }
-        log.info("serving %s", " ".join(f"{key}={value}" for key, value in facts.items()))
+        facts = ModelFacts(
+            name=module.MODEL_NAME,
+            repo=PINNED_REPO,
+            revision=settings.revision,
+            inference_sha256=settings.inference_sha256,
+            prompt_version=settings.prompt_version,
+            dtype=settings.dtype,
+            device=device,
+            vram_cap_gib=settings.vram_cap_gib,
+            max_tokens=settings.max_tokens,
+            vision_tower=vision,
+        )
+        log.info("serving %s", " ".join(f"{key}={value}" for key, value in facts.as_dict().items()))
         return cls(settings, device, module, engine, guard, facts)
 
     @staticmethod
@@ -174,9 +177,10 @@ class ServingEngine:
                                  f"predict() reported {reported}; refusing to hash a prompt the model never saw")
 
     @property
-    def memory(self) -> tuple[int, int]:
-        """(reserved, allocated) bytes on the device; 0 on the CPU."""
-        return self._guard.reserved_bytes(), self._guard.allocated_bytes()
+    def memory(self) -> tuple[int, int, int]:
+        """(reserved, allocated, peak reserved) bytes on the device; 0 on the CPU."""
+        guard = self._guard
+        return guard.reserved_bytes(), guard.allocated_bytes(), guard.peak_reserved_bytes()
 
     def answer(self, request: dict) -> dict:
         """predict()'s output unchanged, plus prompt_sha256, prompt_version and the model facts."""
@@ -187,8 +191,7 @@ class ServingEngine:
         prompt = render_prompt(self._module, self._engine.tokenizer, request)
         result["prompt_sha256"] = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
         result["prompt_version"] = self.settings.prompt_version
-        result["model_facts"] = {key: self.facts[key] for key in
-                                 ("name", "repo", "revision", "inference_sha256", "dtype", "device")}
+        result["model_facts"] = self._answer_facts
         return result
 
     def close(self) -> None:

@@ -57,6 +57,10 @@ class CallGuard:
     def allocated_bytes(self) -> int:
         return int(self._torch.cuda.memory_allocated(self._device)) if self.on_cuda else 0
 
+    def peak_reserved_bytes(self) -> int:
+        """The most memory reserved at any moment since startup (0 on the CPU)."""
+        return int(self._torch.cuda.max_memory_reserved(self._device)) if self.on_cuda else 0
+
     def mark_baseline(self) -> None:
         self._baseline = self.reserved_bytes()
 

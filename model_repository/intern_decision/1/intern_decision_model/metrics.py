@@ -2,30 +2,43 @@
 
 intern_decision_calls_total{outcome}            calls by outcome: ok, invalid, out_of_memory, failed
 intern_decision_input_tokens                    histogram of the prompt length of scored calls
-intern_decision_inference_seconds               histogram of the model's time per call: decoding the request,
+intern_decision_inference_seconds               histogram of the model's time per call: decoding the call,
                                                 predict(), the prompt hash and encoding the answer
-intern_decision_gpu_memory_bytes{kind}          reserved / allocated after the last call (0 on the CPU)
+intern_decision_gpu_memory_bytes{kind}          reserved / allocated after the last call, and peak_reserved since
+                                                startup (0 on the CPU)
 intern_decision_model_info{...facts}            1, labelled with the pins and limits in force; the shim's /health
                                                 reads it from the metrics port and never waits behind an inference
+
+Every update is a round trip from the python backend stub to the server process, so callers only queue them; one
+thread applies them, off the response path (as NVIDIA's vLLM backend does), and close() flushes what is queued.
 """
 from __future__ import annotations
 
-from typing import Any
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from .protocol import OUTCOMES
+from wire.facts import INFO_METRIC, ModelFacts
+from wire.protocol import OUTCOMES
+
+log = logging.getLogger("intern_decision.metrics")
 
 TOKEN_BUCKETS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 SECONDS_BUCKETS = [0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0]
-INFO_LABELS = ("name", "repo", "revision", "inference_sha256", "prompt_version", "dtype", "device",
-               "vram_cap_gib", "max_tokens", "vision_tower")
+MEMORY_KINDS = ("reserved", "allocated", "peak_reserved")
 
 
-def info_labels(facts: dict) -> dict[str, str]:
-    return {key: "" if facts[key] is None else str(facts[key]) for key in INFO_LABELS}
+@dataclass(frozen=True)
+class CallRecord:
+    outcome: str
+    seconds: float
+    input_tokens: int | None
 
 
 class ModelMetrics:
-    def __init__(self, pb_utils: Any, model: str, facts: dict):
+    def __init__(self, pb_utils: Any, model: str, facts: ModelFacts, read_memory: Callable[[], tuple[int, ...]]):
         family = pb_utils.MetricFamily
         base = {"model": model}
         # The families must stay referenced: deleting one unregisters its series.
@@ -35,27 +48,47 @@ class ModelMetrics:
                    kind=family.HISTOGRAM),
             family(name="intern_decision_inference_seconds", description="Seconds the model spent on a call",
                    kind=family.HISTOGRAM),
-            family(name="intern_decision_gpu_memory_bytes", description="Device memory after the last call",
+            family(name="intern_decision_gpu_memory_bytes",
+                   description="Device memory after the last call, and the peak reserved since startup",
                    kind=family.GAUGE),
-            family(name="intern_decision_model_info", description="The pins and limits in force",
-                   kind=family.GAUGE),
+            family(name=INFO_METRIC, description="The pins and limits in force", kind=family.GAUGE),
         ]
         calls, tokens, seconds, memory, info = self._families
         self._calls = {outcome: calls.Metric(labels={**base, "outcome": outcome}) for outcome in OUTCOMES}
         self._tokens = tokens.Metric(labels=base, buckets=TOKEN_BUCKETS)
         self._seconds = seconds.Metric(labels=base, buckets=SECONDS_BUCKETS)
-        self._memory = {kind: memory.Metric(labels={**base, "kind": kind}) for kind in ("reserved", "allocated")}
-        self._memory_shown: tuple[int, int] | None = None
-        info.Metric(labels={**base, **info_labels(facts)}).set(1)
-        self._info = info
+        self._memory = [memory.Metric(labels={**base, "kind": kind}) for kind in MEMORY_KINDS]
+        self._memory_shown: tuple[int, ...] | None = None
+        self._read_memory = read_memory
+        info.Metric(labels={**base, **facts.to_labels()}).set(1)
+        self._queue: queue.SimpleQueue[list[CallRecord] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._apply_queued, name="intern-decision-metrics", daemon=True)
+        self._thread.start()
 
-    def record(self, outcome: str, seconds: float, input_tokens: int | None, memory: tuple[int, int]) -> None:
-        self._calls[outcome].increment(1)
-        self._seconds.observe(seconds)
-        if input_tokens is not None:
-            self._tokens.observe(input_tokens)
-        # Every metric update is a round trip to the server process; unchanged gauges (always, on the CPU) skip it.
-        if memory != self._memory_shown:
-            self._memory["reserved"].set(memory[0])
-            self._memory["allocated"].set(memory[1])
+    def record(self, calls: list[CallRecord]) -> None:
+        """Queue one request's calls; returns at once."""
+        self._queue.put(calls)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Apply what is queued, then stop the thread."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _apply_queued(self) -> None:
+        while (calls := self._queue.get()) is not None:
+            try:
+                self._apply(calls)
+            except Exception:  # a metric must never stop the metrics
+                log.exception("metrics update failed")
+
+    def _apply(self, calls: list[CallRecord]) -> None:
+        for call in calls:
+            self._calls[call.outcome].increment(1)
+            self._seconds.observe(call.seconds)
+            if call.input_tokens is not None:
+                self._tokens.observe(call.input_tokens)
+        memory = tuple(self._read_memory())
+        if memory != self._memory_shown:  # unchanged gauges (always, on the CPU) skip their round trips
+            for gauge, value in zip(self._memory, memory):
+                gauge.set(value)
             self._memory_shown = memory

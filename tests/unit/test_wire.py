@@ -1,0 +1,86 @@
+"""The shared wire module: strict JSON, the error kinds and their messages, the model facts and their labels."""
+import json
+
+import pytest
+
+from wire import strict_json
+from wire.facts import ModelFacts
+from wire.protocol import OUTCOMES, Kind, error_message, parse_error
+
+FACTS = ModelFacts(name="Intern-Decision-4B", repo="internlm/Intern-Decision-4B", revision="0e5e" * 10,
+                   inference_sha256="c904" * 16, prompt_version="inference.py@sha256:c904c904c904c904",
+                   dtype="bfloat16", device="cuda:0", vram_cap_gib=35.5, max_tokens=8192, vision_tower="removed")
+
+
+def test_an_escaped_surrogate_pair_is_a_real_character():
+    assert strict_json.loads(b'{"state": "\\ud83d\\ude00"}', "the body") == {"state": "\U0001F600"}
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"\xff\xfe", "the body is not UTF-8"),
+    (b"{not json", "the body is not JSON: Expecting property name"),
+    (b"", "the body is not JSON"),
+    (b'{"state": NaN}', "NaN is not a JSON number"),
+    (b'{"state": -Infinity}', "-Infinity is not a JSON number"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    (b'{"state": 1e999}', "1e999 does not fit a finite number"),
+    (b'{"state": 1' + b"1" * 5000 + b"}", "not usable JSON: Exceeds the limit"),
+    (b'{"state": "\\ud800"}', "lone UTF-16 surrogate"),
+])
+def test_what_is_not_strict_json_is_refused_naming_what_was_read(raw, message):
+    with pytest.raises(strict_json.NotStrictJson, match=message):
+        strict_json.loads(raw, "the body")
+
+
+def test_strict_dumps_refuses_what_json_cannot_hold():
+    assert json.loads(strict_json.dumps({"é": [1, 0.5]})) == {"é": [1, 0.5]}
+    with pytest.raises(ValueError):
+        strict_json.dumps({"p": float("inf")})
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+def test_an_error_message_reads_back_as_its_kind_and_call(kind):
+    message = error_message(kind, 3, "Example has 9000 tokens: above 8192")
+    error = parse_error(kind.triton_status, message)
+    assert (error.kind, error.call, error.detail) == (kind, 3, "Example has 9000 tokens: above 8192")
+    assert message.startswith(f"{kind.word}: call 3: ")
+
+
+def test_the_kinds_table():
+    assert [(kind.word, kind.triton_code, kind.triton_status, kind.status, kind.code) for kind in Kind] == [
+        ("invalid_request", "INVALID_ARG", 400, 422, "invalid_request"),
+        ("out_of_memory", "UNAVAILABLE", 503, 503, "out_of_memory"),
+        ("scoring_failed", "INTERNAL", 500, 500, "scoring_failed"),
+    ]
+    assert OUTCOMES == ("ok", "invalid", "out_of_memory", "failed")
+
+
+@pytest.mark.parametrize("status, message", [
+    (400, "out_of_memory: call 0: a kind word with the wrong status is not the model's"),
+    (None, "invalid_request: call 0: no status"),
+    (500, "scoring_failed: RuntimeError: no call index"),
+    (500, "Stub process 'intern_decision_0_0' is not healthy."),
+])
+def test_what_does_not_read_as_the_models_error_is_not(status, message):
+    assert parse_error(status, message) is None
+
+
+def test_facts_travel_as_labels_and_back_typed():
+    labels = FACTS.to_labels()
+    assert labels["vram_cap_gib"] == "35.5" and labels["max_tokens"] == "8192"
+    assert ModelFacts.from_labels(labels) == FACTS
+    uncapped = ModelFacts.from_labels({**labels, "vram_cap_gib": ""})
+    assert uncapped.vram_cap_gib is None and uncapped.to_labels()["vram_cap_gib"] == ""
+
+
+@pytest.mark.parametrize("change", [{"max_tokens": "many"}, {"vram_cap_gib": "lots"}])
+def test_unreadable_labels_are_refused(change):
+    with pytest.raises(ValueError):
+        ModelFacts.from_labels({**FACTS.to_labels(), **change})
+
+
+def test_a_missing_label_is_refused():
+    labels = FACTS.to_labels()
+    del labels["revision"]
+    with pytest.raises(KeyError):
+        ModelFacts.from_labels(labels)

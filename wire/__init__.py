@@ -1,0 +1,8 @@
+"""The wire protocol between the shim and the model, written once and imported by both sides (standard library only).
+
+protocol     tensor names, the protocol version, the error kinds and how an error message is written and read
+strict_json  the strict JSON decoder both sides use for what they receive, and the strict encoder
+facts        the model's facts: typed, and to and from the labels of the model's info metric
+
+docs/wire-protocol.md describes the protocol in prose.
+"""

@@ -1,0 +1,68 @@
+"""Tensors and errors of the wire protocol (docs/wire-protocol.md).
+
+One Triton inference request carries a whole HTTP request's calls: REQUEST is a string tensor of shape [n], one
+predict() request per element in the order the calls run, and RESPONSE answers with n strings in the same order. A
+failure in call k stops the request there and answers a Triton error whose message reads `<kind word>: call <k>:
+<detail>`; the Triton code and the kind word together say which kind it is.
+"""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+VERSION = 2
+MODEL_NAME = "intern_decision"
+REQUEST = "REQUEST"
+RESPONSE = "RESPONSE"
+
+
+class Kind(enum.Enum):
+    """A failure of the model side, as every layer names it.
+
+    word:          the kind word that starts the Triton error message
+    triton_code:   the pb_utils.TritonError code the model answers with
+    triton_status: the HTTP status Triton's HTTP front end gives that code
+    status, code:  what the shim answers its caller
+    outcome:       the label of the model's calls counter
+    """
+
+    INVALID = ("invalid_request", "INVALID_ARG", 400, 422, "invalid_request", "invalid")
+    OUT_OF_MEMORY = ("out_of_memory", "UNAVAILABLE", 503, 503, "out_of_memory", "out_of_memory")
+    FAILED = ("scoring_failed", "INTERNAL", 500, 500, "scoring_failed", "failed")
+
+    def __init__(self, word: str, triton_code: str, triton_status: int, status: int, code: str, outcome: str):
+        self.word = word
+        self.triton_code = triton_code
+        self.triton_status = triton_status
+        self.status = status
+        self.code = code
+        self.outcome = outcome
+
+
+OK_OUTCOME = "ok"
+OUTCOMES = (OK_OUTCOME,) + tuple(kind.outcome for kind in Kind)
+
+_ERROR = re.compile(r"(?P<word>[a-z_]+): call (?P<call>[0-9]+): (?P<detail>.*)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class CallError:
+    kind: Kind
+    call: int
+    detail: str
+
+
+def error_message(kind: Kind, call: int, detail: str) -> str:
+    return f"{kind.word}: call {call}: {detail}"
+
+
+def parse_error(triton_status: int | str | None, message: str) -> CallError | None:
+    """The model's error from Triton's status and message, or None when Triton answered the error itself."""
+    match = _ERROR.fullmatch(message)
+    if match is None:
+        return None
+    for kind in Kind:
+        if kind.word == match["word"] and str(kind.triton_status) == str(triton_status):
+            return CallError(kind, int(match["call"]), match["detail"])
+    return None
