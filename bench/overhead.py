@@ -1,18 +1,23 @@
-"""What the shim and Triton add per call over calling the fixture's predict() in-process.
+"""What the shim and Triton add to a request over calling the fixture's predict() in-process, against the floor.
 
-Starts tritonserver (CPU, fixture checkpoint) and the shim, loads the same fixture in this process, and for each
-shape measures per round:
+Starts one tritonserver (CPU, fixture checkpoint) holding the model and an echo model (bench/echo_model: the same
+tensors, no work), the shim in front of the model, and the floor app (bench/floor_app.py: a bare Starlette route
+in front of the echo model), and loads the same fixture in this process. Each round, for each shape, it times:
 
-* predict() in-process for each of the request's calls, and the model side's own extra work per call (decoding the
-  request string, rendering the prompt for prompt_sha256, encoding the answer), also in-process;
-* the same calls straight to Triton with tritonclient, and the request through the shim (/decide/shared), each
-  timed at the client and, inside the model, by the intern_decision_inference_seconds histogram (read from the
-  metrics port between requests, outside the timed region).
+* in-process: predict() for each of the request's calls;
+* Triton: the calls sent straight to Triton with tritonclient (as the model's protocol wants them: one request
+  carrying every call, or, for a model still on protocol v1, one request per call);
+* shim: the request through the shim's /decide/shared;
+* floor: the request's body through the floor app and the echo model.
 
-Client time minus the model's own time is what the transport adds (HTTP, Triton's core, the stub's IPC, the shim),
-measured on the same request, so the model's run-to-run noise cancels. Writes docs/benchmarks.md.
+Each path's time minus the predict() forward time it reports itself (timing.inference_ms, summed over the calls)
+is what that path spends outside the forward pass; the in-process figure is subtracted from the others, so what is
+left is what the path adds to a caller, measured on the same request and free of the model's run-to-run noise. The
+floor does no model work, so its whole time is the floor. The shim's CPU per request comes from /proc.
 
-    .venv/bin/python bench/overhead.py [--rounds 40]
+    .venv/bin/python bench/overhead.py [--rounds 30] [--label after] [--write-doc]
+
+Results go to bench/results/<label>.json; --write-doc renders docs/benchmarks.md from every results file there.
 """
 from __future__ import annotations
 
@@ -23,35 +28,35 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
-import urllib.request
 from http.client import HTTPConnection
 from pathlib import Path
 
 import numpy as np
 import torch
 import tritonclient.http as httpclient
-from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.fixture import build_fixture
+from devstack.process import ManagedProcess, free_port
 from devstack.shim import ShimServer
-from devstack.triton import REPO_ROOT, TritonServer
+from devstack.triton import MODEL_REPOSITORY, REPO_ROOT, TritonServer
 from shim.planning import plan
 from shim.validation import shared_body
 
-sys.path.insert(0, str(REPO_ROOT / "model_repository" / "intern_decision" / "1"))
-from intern_decision_model.engine import render_prompt  # noqa: E402
-from intern_decision_model.protocol import decode_request, encode_answer  # noqa: E402
-
 TOKEN = "benchmark-token-0123456789-abcdefghijklmnop"
-OUT = REPO_ROOT / "docs" / "benchmarks.md"
-NOTES = REPO_ROOT / "bench" / "notes.md"
+BENCH = REPO_ROOT / "bench"
+RESULTS = BENCH / "results"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+STATE = "The parcel arrived broken and the customer wants a refund."
 
 
-def criteria(count: int) -> list[dict]:
-    return [{"id": f"c{n}", "question": f"Does criterion {n} hold for this state?",
-             "options": [{"id": "yes", "description": "It holds."}, {"id": "no", "description": "It does not."}]}
-            for n in range(count)]
+def criteria(count: int, options: int = 2, orderings: str = "none") -> list[dict]:
+    choices = [{"id": "yes", "description": "It holds."}, {"id": "no", "description": "It does not."}]
+    if options > 2:
+        choices = [{"id": f"o{k}", "description": f"Option {k} applies."} for k in range(options)]
+    return [{"id": f"c{n}", "question": f"Does criterion {n} hold for this state?", "options": choices,
+             "orderings": orderings} for n in range(count)]
 
 
 def calls_of(body: dict) -> list[dict]:
@@ -59,144 +64,187 @@ def calls_of(body: dict) -> list[dict]:
     return [call.predict_request(state, decisions) for call in plan(decisions, 64)]
 
 
-def long_state(module, engine, target_tokens: int) -> str:
+def long_state(engine, target_tokens: int) -> str:
     """A state text that makes the 16-criteria call about target_tokens long in the fixture's tokenizer."""
     sentence = "The shipment left the depot on Monday, was delayed by weather, and the customer asked twice. "
     repeats = 1
-    while True:
-        request = calls_of({"state": sentence * repeats, "decisions": criteria(16)})[0]
-        text = render_prompt(module, engine.tokenizer, request)
-        if len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]) >= target_tokens:
-            return sentence * repeats
-        repeats += 1
+    while engine.predict(calls_of({"state": sentence * repeats, "decisions": criteria(16)})[0])["usage"][
+            "input_tokens"] < target_tokens:
+        repeats += 2
+    return sentence * repeats
 
 
-def model_seconds(metrics_url: str) -> float:
-    """The model's running total of seconds spent per call inside the stub."""
-    with urllib.request.urlopen(metrics_url, timeout=5) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "intern_decision_inference_seconds_sum":
-                return sample.value
-    raise RuntimeError("intern_decision_inference_seconds is not on the metrics port")
+def shapes(engine) -> dict[str, dict]:
+    return {
+        "one question": {"state": STATE, "decisions": criteria(1)},
+        "21 binary criteria, one state": {"state": STATE, "decisions": criteria(21)},
+        "16 criteria, ~3,900-token state": {"state": long_state(engine, 3900), "decisions": criteria(16)},
+        "orderings all, 4 options": {"state": STATE, "decisions": criteria(1, options=4, orderings="all")},
+        "64 decisions with rotations": {"state": STATE, "decisions": criteria(8, options=8, orderings="rotations")},
+    }
 
 
-def p(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) * 1000
+def load_fixture_engine(checkpoint: Path):
+    spec = importlib.util.spec_from_file_location("fixture_inference_bench", checkpoint / "inference.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.DecisionEngine(checkpoint=str(checkpoint), device="cpu", dtype="float32")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=40)
-    args = parser.parse_args()
+def bench_model_repository() -> Path:
+    """The model repository plus the echo model, side by side in one tree Triton can load."""
+    root = Path(tempfile.mkdtemp(prefix="bench-models-"))
+    (root / "intern_decision").symlink_to(MODEL_REPOSITORY / "intern_decision")
+    (root / "echo").symlink_to(BENCH / "echo_model")
+    return root
 
+
+class FloorApp(ManagedProcess):
+    def __init__(self, triton: TritonServer, log_path: Path):
+        self.port = free_port()
+        super().__init__("floor", [sys.executable, str(BENCH / "floor_app.py"), triton.http_url, str(self.port)],
+                         {**os.environ, "PYTHONPATH": str(REPO_ROOT)}, log_path,
+                         f"http://127.0.0.1:{self.port}/health")
+
+
+class DirectTriton:
+    """The calls straight to the model with tritonclient, as the model's protocol version wants them."""
+
+    def __init__(self, url: str):
+        self.client = httpclient.InferenceServerClient(url)
+        dims = self.client.get_model_config("intern_decision")["input"][0]["dims"]
+        self.one_request_per_http_request = [int(d) for d in dims] == [-1]
+
+    def forward_ms(self, requests: list[dict]) -> tuple[float, float]:
+        """(elapsed ms, the model's reported forward ms)"""
+        raws = [json.dumps(request).encode() for request in requests]
+        batches = [raws] if self.one_request_per_http_request else [[raw] for raw in raws]
+        started = time.perf_counter()
+        answers = []
+        for batch in batches:
+            tensor = httpclient.InferInput("REQUEST", [len(batch)], "BYTES")
+            tensor.set_data_from_numpy(np.array(batch, dtype=np.object_))
+            answers += [json.loads(a) for a in self.client.infer("intern_decision", [tensor]).as_numpy("RESPONSE")]
+        elapsed = (time.perf_counter() - started) * 1000
+        return elapsed, sum(answer["timing"]["inference_ms"] for answer in answers)
+
+
+def post(http: HTTPConnection, path: str, payload: bytes, headers: dict) -> tuple[float, bytes]:
+    started = time.perf_counter()
+    http.request("POST", path, body=payload, headers=headers)
+    response = http.getresponse()
+    text = response.read()
+    elapsed = (time.perf_counter() - started) * 1000
+    assert response.status == 200, text
+    return elapsed, text
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def summary(values: list[float]) -> dict:
+    return {"p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99))}
+
+
+def measure(args) -> dict:
     pins = build_fixture()
     env = pins.env()
     # One torch thread on each side, so that the model in Triton's stub and in this process do the same work.
     env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32", "OMP_NUM_THREADS": "1"})
     torch.set_num_threads(1)
     logs = REPO_ROOT / ".cache" / "bench"
-    triton = TritonServer(env, logs / "tritonserver.log").start().wait_ready(300)
-    shim = ShimServer(triton, {"INTERN_DECISION_API_TOKEN": TOKEN}, logs / "shim.log").start().wait_ready(60)
-    rows = []
+    triton = TritonServer(env, logs / "tritonserver.log", model_repository=bench_model_repository())
+    triton.start().wait_ready(300)
+    shim = ShimServer(triton, {"INTERN_DECISION_API_TOKEN": TOKEN}, logs / "shim.log").start()
+    floor = FloorApp(triton, logs / "floor.log").start()
+    results = {}
     try:
-        spec = importlib.util.spec_from_file_location("fixture_inference_bench", pins.checkpoint / "inference.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        engine = module.DecisionEngine(checkpoint=str(pins.checkpoint), device="cpu", dtype="float32")
-        shapes = {
-            "one question": {"state": "The parcel arrived broken and the customer wants a refund.",
-                             "decisions": criteria(1)},
-            "21 binary criteria, one state": {"state": "The parcel arrived broken and the customer wants a refund.",
-                                              "decisions": criteria(21)},
-            "16 criteria, ~3,900-token state": {"state": long_state(module, engine, 3900),
-                                                "decisions": criteria(16)},
-        }
-        triton_client = httpclient.InferenceServerClient(triton.http_url)
-        # The lean stdlib client with a kept-alive connection, so the caller's own HTTP library is not measured.
-        http = HTTPConnection("127.0.0.1", shim.port, timeout=120)
+        shim.wait_ready(60)
+        floor.wait_ready(60)
+        engine = load_fixture_engine(pins.checkpoint)
+        direct = DirectTriton(triton.http_url)
+        # The stdlib client with a kept-alive connection, so that the caller's own HTTP library is not measured.
+        shim_http = HTTPConnection("127.0.0.1", shim.port, timeout=300)
+        floor_http = HTTPConnection("127.0.0.1", floor.port, timeout=300)
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-        for name, body in shapes.items():
-            requests = calls_of(body)
+        for name, body in shapes(engine).items():
+            requests, payload = calls_of(body), json.dumps(body).encode()
             calls = len(requests)
-            local, extra, triton_added, shim_total, tokens = [], [], [], [], 0
-            for round_ in range(args.rounds + 3):
-                keep = round_ >= 3  # three warm-up rounds
+            local, through_triton, through_shim, floor_ms, tokens = [], [], [], [], 0
+            shim_cpu = 0.0
+            for round_ in range(args.rounds + 2):
+                keep = round_ >= 2  # two warm-up rounds
+                outside = 0.0
                 for request in requests:
-                    raw = json.dumps(request).encode()
                     started = time.perf_counter()
                     answer = engine.predict(request)
-                    predicted = time.perf_counter()
-                    decode_request(raw)
-                    answer["prompt_sha256"] = render_prompt(module, engine.tokenizer, request)
-                    encode_answer(answer)
-                    finished = time.perf_counter()
+                    outside += (time.perf_counter() - started) * 1000 - answer["timing"]["inference_ms"]
                     tokens = max(tokens, answer["usage"]["input_tokens"])
-                    if keep:
-                        local.append(predicted - started)
-                        extra.append(finished - predicted)
-
-                    before = model_seconds(triton.metrics_url)
-                    started = time.perf_counter()
-                    tensor = httpclient.InferInput("REQUEST", [1], "BYTES")
-                    tensor.set_data_from_numpy(np.array([raw], dtype=np.object_))
-                    json.loads(triton_client.infer("intern_decision", [tensor]).as_numpy("RESPONSE")[0])
-                    elapsed = time.perf_counter() - started
-                    if keep:
-                        triton_added.append(elapsed - (model_seconds(triton.metrics_url) - before))
-
-                payload = json.dumps(body).encode()
-                before = model_seconds(triton.metrics_url)
-                started = time.perf_counter()
-                http.request("POST", "/decide/shared", body=payload, headers=headers)
-                response = http.getresponse()
-                text = response.read()
-                elapsed = time.perf_counter() - started
-                assert response.status == 200, text
+                elapsed, forward = direct.forward_ms(requests)
+                triton_outside = elapsed - forward
+                cpu_before = cpu_seconds(shim.pid)
+                elapsed, text = post(shim_http, "/decide/shared", payload, headers)
+                cpu_used = cpu_seconds(shim.pid) - cpu_before
+                shim_outside = elapsed - json.loads(text)["timing"]["inference_seconds"] * 1000
+                floor_elapsed, _ = post(floor_http, "/floor", payload, {"Content-Type": "application/json"})
                 if keep:
-                    shim_total.append((elapsed - (model_seconds(triton.metrics_url) - before)) / calls)
-            shim_added = [total - statistics.median(triton_added) for total in shim_total]
-            together = [total + statistics.median(extra) for total in shim_total]
-            rows.append((name, calls, tokens, p(local, 50), p(extra, 50), p(extra, 99),
-                         p(triton_added, 50), p(triton_added, 99), p(shim_added, 50), p(shim_added, 99),
-                         p(together, 50), p(together, 99)))
-        triton_client.close()
-        http.close()
+                    local.append(outside)
+                    through_triton.append(triton_outside - outside)
+                    through_shim.append(shim_outside - outside)
+                    floor_ms.append(floor_elapsed)
+                    shim_cpu += cpu_used
+            results[name] = {
+                "calls": calls, "input_tokens": tokens,
+                "predict_outside_forward_ms": summary(local),
+                "triton_adds_ms": summary(through_triton),
+                "stack_adds_ms": summary(through_shim),
+                "stack_adds_per_call_ms": summary([value / calls for value in through_shim]),
+                "floor_ms": summary(floor_ms),
+                "shim_cpu_ms_per_request": shim_cpu * 1000 / args.rounds,
+            }
+            print(name, json.dumps(results[name]), flush=True)
+        results["one question"]["shim_cpu_ms_per_request"] = shim_cpu_burst(shim, shapes(engine)["one question"],
+                                                                             headers, args.cpu_requests)
     finally:
+        floor.stop()
         shim.stop()
         triton.stop()
+    return results
 
+
+def shim_cpu_burst(shim: ShimServer, body: dict, headers: dict, count: int) -> float:
+    """The shim's CPU per one-question request over many requests (the clock ticks are too coarse for one)."""
+    http = HTTPConnection("127.0.0.1", shim.port, timeout=60)
+    payload = json.dumps(body).encode()
+    before = cpu_seconds(shim.pid)
+    for _ in range(count):
+        post(http, "/decide/shared", payload, headers)
+    return (cpu_seconds(shim.pid) - before) * 1000 / count
+
+
+def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    lines = [
-        "# Benchmarks",
-        "",
-        "## Time the shim and Triton add per call",
-        "",
-        f"`bench/overhead.py`, {args.rounds} rounds after 3 warm-up rounds, on {cpu} ({os.cpu_count()} cores), "
-        f"Python {platform.python_version()}, torch {torch.__version__} with one thread on each side, the fixture "
-        "checkpoint in float32 on the CPU; client, shim, tritonserver and the model share the two cores.",
-        "",
-        "- *model side adds*: decoding the request string, rendering the prompt for `prompt_sha256` and encoding the "
-        "answer, timed in-process next to `predict()`;",
-        "- *Triton adds*: a tritonclient call's time minus the model's own time for that call (its "
-        "`intern_decision_inference_seconds`), i.e. HTTP, Triton's core and the python backend's IPC;",
-        "- *shim adds*: a `/decide/shared` request's time minus the model's own time, per call, minus Triton's p50;",
-        "- *together*: the shim request's time minus the model's own time, per call, plus the model side's p50: "
-        "everything between a caller and `predict()`.",
-        "",
-        "| shape | calls | input tokens | predict() p50 | model side adds p50 / p99 | Triton adds p50 / p99 | "
-        "shim adds p50 / p99 | together p50 / p99 |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, calls, tokens, local50, *pairs in rows:
-        cells = " | ".join(f"{pairs[i]:.2f} / {pairs[i + 1]:.2f} ms" for i in range(0, len(pairs), 2))
-        lines.append(f"| {name} | {calls} | {tokens} | {local50:.1f} ms | {cells} |")
-    lines.append("")
-    OUT.write_text("\n".join(lines) + ("\n" + NOTES.read_text() if NOTES.exists() else ""))
-    print("\n".join(lines))
+    return (f"{cpu} ({os.cpu_count()} cores), Python {platform.python_version()}, torch {torch.__version__} with "
+            "one thread on each side, the fixture checkpoint in float32 on the CPU")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--cpu-requests", type=int, default=200)
+    parser.add_argument("--label", default="after", help="the name of this run's results file")
+    parser.add_argument("--write-doc", action="store_true", help="render docs/benchmarks.md from bench/results/")
+    args = parser.parse_args()
+    run = {"label": args.label, "rounds": args.rounds, "machine": machine(), "shapes": measure(args)}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{args.label}.json").write_text(json.dumps(run, indent=2) + "\n")
+    if args.write_doc:
+        from report import write_doc
+        write_doc()
     return 0
 
 

@@ -35,6 +35,10 @@ class ManagedProcess:
                                              start_new_session=True)
         return self
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
