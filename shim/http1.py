@@ -27,7 +27,9 @@ class _Collector:
     headers: dict[str, str] = field(default_factory=dict)
     chunks: list[bytes] = field(default_factory=list)
     complete: bool = False
+    keep_alive: bool = False
     received: int = 0
+    parser: "httptools.HttpResponseParser | None" = None
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
@@ -36,6 +38,8 @@ class _Collector:
         self.chunks.append(body)
 
     def on_message_complete(self) -> None:
+        # llhttp answers should_keep_alive() for the message being completed only inside this callback
+        self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
 
 
@@ -79,7 +83,7 @@ class Http1Connection:
         self._writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
         await self._writer.drain()
         collector = _Collector()
-        parser = httptools.HttpResponseParser(collector)
+        parser = collector.parser = httptools.HttpResponseParser(collector)
         while not collector.complete:
             data = await self._reader.read(262144)
             if not data:
@@ -88,7 +92,7 @@ class Http1Connection:
                 raise ConnectionError(f"{self.host}:{self.port} closed the connection in the middle of an answer")
             collector.received += len(data)
             parser.feed_data(data)
-        if not parser.should_keep_alive():
+        if not collector.keep_alive:
             self._drop()
         return Response(parser.get_status_code(), collector.headers, b"".join(collector.chunks))
 

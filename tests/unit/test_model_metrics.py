@@ -1,0 +1,98 @@
+"""The model's metrics against a fake pb_utils: updates are queued, applied by one thread, flushed on close."""
+import threading
+
+import pytest
+
+from intern_decision_model.metrics import CallRecord, ModelMetrics
+from wire.facts import ModelFacts
+
+FACTS = ModelFacts(name="Fake-Decision", repo="internlm/Intern-Decision-4B", revision="f" * 40,
+                   inference_sha256="e" * 64, prompt_version="inference.py@sha256:eeeeeeeeeeeeeeee", dtype="bfloat16",
+                   device="cuda:0", vram_cap_gib=None, max_tokens=8192, vision_tower="removed")
+
+
+class FakeMetric:
+    def __init__(self, family, labels, buckets=None):
+        self.family, self.labels, self.value, self.observed = family, labels, 0, []
+        self.threads = set()
+
+    def increment(self, value):
+        self.threads.add(threading.current_thread().name)
+        self.value += value
+
+    def set(self, value):
+        self.threads.add(threading.current_thread().name)
+        self.value = value
+
+    def observe(self, value):
+        self.threads.add(threading.current_thread().name)
+        self.observed.append(value)
+
+
+class FakePbUtils:
+    def __init__(self):
+        self.metrics = []
+        pb = self
+
+        class MetricFamily:
+            COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
+
+            def __init__(self, name, description, kind):
+                self.name = name
+
+            def Metric(self, labels, buckets=None):  # noqa: N802 (pb_utils' name)
+                metric = FakeMetric(self.name, labels, buckets)
+                pb.metrics.append(metric)
+                return metric
+
+        self.MetricFamily = MetricFamily
+
+    def find(self, family, **labels):
+        return next(m for m in self.metrics if m.family == family and all(m.labels.get(k) == v
+                                                                           for k, v in labels.items()))
+
+
+@pytest.fixture
+def pb():
+    return FakePbUtils()
+
+
+def test_calls_are_counted_by_a_thread_of_their_own_and_close_flushes_them(pb):
+    memory = [(10, 5, 20)]
+    metrics = ModelMetrics(pb, "intern_decision", FACTS, lambda: memory[0])
+    metrics.record([CallRecord("ok", 0.02, 300), CallRecord("invalid", 0.001, None)])
+    metrics.record([CallRecord("ok", 0.03, 400)])
+    metrics.close()
+    assert pb.find("intern_decision_calls_total", outcome="ok").value == 2
+    assert pb.find("intern_decision_calls_total", outcome="invalid").value == 1
+    assert pb.find("intern_decision_calls_total", outcome="failed").value == 0
+    assert pb.find("intern_decision_inference_seconds").observed == [0.02, 0.001, 0.03]
+    assert pb.find("intern_decision_input_tokens").observed == [300, 400]
+    assert [pb.find("intern_decision_gpu_memory_bytes", kind=kind).value
+            for kind in ("reserved", "allocated", "peak_reserved")] == [10, 5, 20]
+    assert pb.find("intern_decision_calls_total", outcome="ok").threads == {"intern-decision-metrics"}
+
+
+def test_the_info_gauge_carries_the_facts_as_labels(pb):
+    ModelMetrics(pb, "intern_decision", FACTS, lambda: (0, 0, 0)).close()
+    info = pb.find("intern_decision_model_info")
+    assert info.value == 1
+    assert info.labels == {"model": "intern_decision", **FACTS.to_labels()}
+    assert info.labels["vram_cap_gib"] == ""
+
+
+def test_a_failing_update_does_not_stop_the_metrics(pb):
+    reads = iter([RuntimeError("device gone"), (1, 1, 1)])
+
+    def read_memory():
+        value = next(reads)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    metrics = ModelMetrics(pb, "intern_decision", FACTS, read_memory)
+    metrics.record([CallRecord("ok", 0.01, 10)])
+    metrics.record([CallRecord("ok", 0.01, 10)])
+    metrics.close()
+    assert pb.find("intern_decision_calls_total", outcome="ok").value == 2
+    assert pb.find("intern_decision_gpu_memory_bytes", kind="reserved").value == 1
