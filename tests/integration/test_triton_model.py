@@ -167,7 +167,7 @@ def test_a_requests_calls_are_answered_in_order_each_equal_to_predict_in_process
 
 def test_a_failed_call_stops_the_request_there_and_names_the_call(triton):
     good = REQUESTS["one choice over a string state"]
-    before = read_metrics(triton)
+    before = quiet_metrics(triton)
     error = infer_calls_error(triton, [good, {"state": "s", "questions": {}}, good], request_id="req-stop")
     assert (error.status(), error.message()) == ("400", "invalid_request: call 1: Supply 1–16 questions.")
     # call 0 ran, call 1 failed, call 2 never ran
@@ -204,6 +204,19 @@ def calls(metrics: dict, outcome: str) -> float:
                         (("model", MODEL), ("outcome", outcome))), 0.0)
 
 
+def quiet_metrics(server: TritonServer, still_for: float = 0.3, timeout: float = 10) -> dict:
+    """The metrics once the updates queued by earlier requests are applied: two reads still_for apart agree."""
+    deadline = time.monotonic() + timeout
+    last = read_metrics(server)
+    while True:
+        time.sleep(still_for)
+        current = read_metrics(server)
+        if current == last:
+            return current
+        assert time.monotonic() < deadline, "the model's metrics kept changing with no traffic"
+        last = current
+
+
 def settled_call_counts(server: TritonServer, before: dict, expected: dict[str, int], timeout: float = 5) -> bool:
     """The model applies its metric updates off the response path: wait until the counts reach what is expected."""
     deadline = time.monotonic() + timeout
@@ -217,7 +230,7 @@ def settled_call_counts(server: TritonServer, before: dict, expected: dict[str, 
 
 
 def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pins):
-    before = read_metrics(triton)
+    before = quiet_metrics(triton)
     good = REQUESTS["one choice over a string state"]
     infer(triton, good)
     infer_calls(triton, [good, good])
