@@ -78,13 +78,12 @@ class TritonPythonModel:
             for call, raw in enumerate(raws):
                 started = time.perf_counter()
                 decoded.append((protocol.decode_call(raw), time.perf_counter() - started))
-            encoded = []
-            for call, (payload, decode_seconds) in enumerate(decoded):
-                started = time.perf_counter()
-                answer = self._engine.answer(payload)
+            encoded, call, started = [], 0, time.perf_counter()
+            for answer in self._engine.answer_calls([payload for payload, _ in decoded]):
                 encoded.append(protocol.encode_answer(answer))
-                records.append(CallRecord(OK_OUTCOME, decode_seconds + time.perf_counter() - started,
+                records.append(CallRecord(OK_OUTCOME, decoded[call][1] + time.perf_counter() - started,
                                           answer["usage"]["input_tokens"]))
+                call, started = call + 1, time.perf_counter()
             output = pb_utils.Tensor(RESPONSE, np.array(encoded, dtype=np.object_))
             response = pb_utils.InferenceResponse(output_tensors=[output])
         except Exception as exc:

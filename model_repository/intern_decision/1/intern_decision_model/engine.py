@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
 
@@ -104,6 +106,7 @@ class ServingEngine:
         self._guard = guard
         self.facts = facts
         self._answer_facts = facts.of_answer()
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intern-decision-prompt-hash")
 
     @classmethod
     def start(cls, settings: Settings, device: str, torch: Any = None) -> "ServingEngine":
@@ -184,16 +187,36 @@ class ServingEngine:
 
     def answer(self, request: dict) -> dict:
         """predict()'s output unchanged, plus prompt_sha256, prompt_version and the model facts."""
-        return self._guard.call(self._score, request)
+        (answer,) = self.answer_calls([request])
+        return answer
 
-    def _score(self, request: dict) -> dict:
-        result = self._engine.predict(request)
+    def answer_calls(self, requests: list[dict]) -> Iterator[dict]:
+        """Each call's answer, in order, scored one after another; stops at the first call that fails.
+
+        The prompt hashes are rendered on a thread of their own while the calls score: the forward pass releases
+        the GIL, so rendering call k+1's prompt costs the caller nothing while call k runs.
+        """
+        hashes = [self._hasher.submit(self._prompt_sha256, request) for request in requests]
+        try:
+            for request, prompt_sha256 in zip(requests, hashes):
+                yield self._guard.call(self._score, (request, prompt_sha256))
+        finally:
+            for pending in hashes:
+                pending.cancel()
+
+    def _prompt_sha256(self, request: dict) -> str:
         prompt = render_prompt(self._module, self._engine.tokenizer, request)
-        result["prompt_sha256"] = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+        return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+
+    def _score(self, call: tuple[dict, Future]) -> dict:
+        request, prompt_sha256 = call
+        result = self._engine.predict(request)
+        result["prompt_sha256"] = prompt_sha256.result()
         result["prompt_version"] = self.settings.prompt_version
         result["model_facts"] = self._answer_facts
         return result
 
     def close(self) -> None:
+        self._hasher.shutdown(wait=True, cancel_futures=True)
         self._engine = None
         self._guard.release()
