@@ -66,9 +66,11 @@ def grow(measure: Callable[[int], int | None], target: int, tolerance: int, max_
     """The most filler units whose request stays at or under target tokens, aiming at [target - tolerance, target].
 
     measure(units) returns the request's input tokens, or None when the service refused it as too long.
-    Token counts grow with units, so the search brackets the target and interpolates inside the bracket.
+    Token counts grow with units, so the search brackets the target and interpolates inside the bracket
+    (bisecting when the upper end was refused, or on every third probe so that a bend cannot stall it).
     """
     growth = Growth(target=target, tolerance=tolerance)
+    aim = target - tolerance / 2
 
     def probe(units: int) -> int | None:
         tokens = measure(units)
@@ -80,24 +82,24 @@ def grow(measure: Callable[[int], int | None], target: int, tolerance: int, max_
         raise GrowthFailed("the smallest request of this shape is already refused as too long")
     low, low_tokens = 0, floor_tokens
     high: int | None = None
-    guess = first_guess
+    high_tokens: int | None = None
     while low_tokens < target - tolerance and len(growth.probes) < max_probes:
         if high is not None and high - low <= 1:
             break
-        if low > 0 and low_tokens > floor_tokens:
-            per_unit = (low_tokens - floor_tokens) / low
-            guess = low + math.floor((target - tolerance / 2 - low_tokens) / per_unit)
-        elif high is None and len(growth.probes) > 1:
-            guess = max(guess * 4, low + 1)  # no slope yet: widen
-        if high is not None:
-            guess = min(max(guess, low + 1), high - 1)
-            if guess <= low:
-                break
+        if high is not None and (high_tokens is None or len(growth.probes) % 3 == 0):
+            guess = (low + high) // 2
+        elif high is not None:
+            guess = low + math.floor((aim - low_tokens) * (high - low) / (high_tokens - low_tokens))
+        elif low > 0 and low_tokens > floor_tokens:
+            guess = low + math.floor((aim - low_tokens) * low / (low_tokens - floor_tokens))
+        else:
+            guess = max(first_guess, 4 * low)  # no slope yet: widen
         guess = max(guess, low + 1)
+        if high is not None:
+            guess = min(guess, high - 1)
         tokens = probe(guess)
         if tokens is None or tokens > target:
-            high = guess
-            guess = (low + guess) // 2
+            high, high_tokens = guess, tokens
         else:
             low, low_tokens = guess, tokens
     growth.units, growth.tokens = low, low_tokens
