@@ -137,5 +137,6 @@ def render_markdown(report: Report) -> str:
         if isinstance(shapes, dict) and shapes:
             lines.extend(_latency_table(shapes))
             lines.append("")
-        lines.extend(_bullets(numbers))
+        if numbers:
+            lines.extend([*_bullets(numbers), ""])
     return "\n".join(lines).rstrip() + "\n"

@@ -64,8 +64,8 @@ def _json_lines(lines: Iterable[str], source: str) -> Iterable[tuple[str, dict]]
 
 def parse_row(record: dict, where: str) -> Row:
     options = record.get("options")
-    if not isinstance(options, list) or len(options) < 2:
-        raise DataError(f"{where}: 'options' must be a list of at least 2 {{id, description}} objects")
+    if not isinstance(options, list) or not 2 <= len(options) <= 16:
+        raise DataError(f"{where}: 'options' must be a list of 2..16 {{id, description}} objects")
     pairs = []
     for index, option in enumerate(options):
         if not isinstance(option, dict):

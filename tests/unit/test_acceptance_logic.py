@@ -70,7 +70,8 @@ def test_rows_parse_with_their_options_in_order():
 
 @pytest.mark.parametrize("line, message", [
     (row_line(label="z"), "label 'z' is not one of the option ids"),
-    (row_line(options=("a",)), "at least 2"),
+    (row_line(options=("a",)), "2..16"),
+    (row_line(options=tuple("abcdefghijklmnopq")), "2..16"),
     (row_line(options=("a", "a")), "option ids must be unique"),
     (row_line(state=""), "'state' must be a nonempty"),
     (json.dumps({"id": "r"}), "'options' must be a list"),
