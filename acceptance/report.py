@@ -106,7 +106,7 @@ def _latency_table(shapes: dict) -> list[str]:
                  _scalar(shape.get("non_200"))]
         for key, _ in LATENCY_COLUMNS:
             summary = shape.get(key)
-            cells.append("—" if not summary else f"{summary['p50']:.1f} / {summary['p95']:.1f} / {summary['max']:.1f}")
+            cells.append(f"{summary['p50']:.1f} / {summary['p95']:.1f} / {summary['max']:.1f}" if summary else "—")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

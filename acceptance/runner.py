@@ -8,7 +8,7 @@ import time
 import traceback
 
 from .checks import CHECKS
-from .checks.common import CheckFailed, Context, NotRun
+from .checks.common import CheckFailed, Context, NotRun, ProbeFailed
 from .client import Service
 from .options import Options
 from .report import FAIL, NOT_RUN, CheckResult, Report
@@ -27,6 +27,8 @@ def run_check(ctx: Context, number: int) -> CheckResult:
         status, reason, numbers = NOT_RUN, exc.reason, exc.numbers
     except CheckFailed as exc:
         status, reason, numbers = FAIL, exc.reason, exc.numbers
+    except ProbeFailed as exc:
+        status, reason, numbers = FAIL, f"a request while growing a state answered {exc}", {}
     except Exception as exc:  # a check that breaks is a failed check, and the others still run
         status, reason = FAIL, f"the check itself failed: {type(exc).__name__}: {exc}"
         numbers = {"traceback": traceback.format_exc(limit=5)}

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..client import NO_TOKEN, WRONG_TOKEN, Reply, Service
 from ..report import FAIL, PASS
 from ..shapes import LONG_STATE_TOKENS, binary_criteria, path_for, plain_body, shared_body
-from .common import LIMIT_MARGIN, Context
+from .common import LIMIT_MARGIN, CheckFailed, Context, ProbeFailed
 
 
 def unauthorized(ctx: Context) -> tuple[dict, list[str]]:
@@ -51,7 +51,10 @@ def run(ctx: Context) -> tuple[str, str | None, dict]:
     numbers: dict = {}
     numbers["unauthorized"], reasons = unauthorized(ctx)
 
-    path, body, described = flood_body(ctx)
+    try:
+        path, body, described = flood_body(ctx)
+    except (CheckFailed, ProbeFailed) as exc:
+        raise CheckFailed("; ".join([*reasons, f"building the flood request: {exc}"]), numbers) from None
     started = time.monotonic()
     replies = flood(ctx.service, path, body, ctx.options.flood)
     statuses = Counter(str(reply.status) for reply in replies)
