@@ -1,0 +1,162 @@
+"""The acceptance checks' verdicts against a scripted service (no HTTP): what makes each fail or not run."""
+from __future__ import annotations
+
+import pytest
+
+from acceptance.checks import chunking, limits, overcap, stability, vram
+from acceptance.checks.common import Context, NotRun
+from acceptance.client import Reply
+from acceptance.options import parse_options
+from acceptance.runner import run_check
+
+HEALTH = {"status": "ok", "model": {"device": "cuda:0", "revision": "r"}, "vram_cap_gib": None, "max_tokens": 8192,
+          "max_decisions": 64, "max_questions_per_call": 16, "chunking": "greedy", "workloads": []}
+
+
+class ScriptedService:
+    def __init__(self, answer, health=None):
+        self.answer = answer  # (path, body, token) -> Reply
+        self.health_body = health or HEALTH
+        self.posts: list[tuple[str, dict]] = []
+
+    def health(self) -> Reply:
+        return Reply(200, self.health_body, "", 0.001)
+
+    def post(self, path, body, token=None, fresh_connection=False) -> Reply:
+        self.posts.append((path, body))
+        return self.answer(path, body, token)
+
+    def close(self) -> None:
+        pass
+
+
+def reply(status: int, body: dict) -> Reply:
+    return Reply(status, body, "", 0.01)
+
+
+def error(status: int, code: str) -> Reply:
+    return reply(status, {"error": {"code": code, "message": code.replace("_", " ")}})
+
+
+def context(tmp_path, answer, health=None, extra=(), memory=None) -> Context:
+    options = parse_options(["--url", "http://svc", "--token", "t" * 40, "--metrics-url", "http://svc/m",
+                             "--out", str(tmp_path), *extra])
+    ctx = Context(options, ScriptedService(answer, health))
+    if memory is not None:
+        ctx.memory = memory
+    return ctx
+
+
+def shared_answer(body: dict, tokens: int = 500, probabilities=(0.4, 0.6)) -> Reply:
+    count = len(body["decisions"])
+    calls = [16] * (count // 16) + ([count % 16] if count % 16 else [])
+    results = [{"id": d["id"], "probabilities": list(probabilities), "top": "no", "confidence": max(probabilities),
+                "input_tokens": tokens} for d in body["decisions"]]
+    return reply(200, {"results": results, "timing": {"calls": len(calls), "questions_per_call": calls,
+                                                      "input_tokens": [tokens] * len(calls)}})
+
+
+def test_over_cap_is_not_run_without_a_cap_or_a_body(tmp_path):
+    ctx = context(tmp_path, lambda *a: pytest.fail("nothing should be sent"))
+    with pytest.raises(NotRun, match="no VRAM cap"):
+        overcap.run(ctx)
+
+
+def test_over_cap_that_fits_fails_and_says_how_to_make_it_not_fit(tmp_path):
+    def answer(path, body, token):
+        tokens = 300 + 10 * body["state"].count("Entry")
+        return error(422, "invalid_request") if tokens > 8192 else shared_answer(body, tokens)
+
+    ctx = context(tmp_path, answer, health={**HEALTH, "vram_cap_gib": 30.0}, memory=lambda: {"reserved": 1e9})
+    status, reason, numbers = overcap.run(ctx)
+    assert status == "fail" and "fits under the cap of 30.0 GiB" in reason
+    assert numbers["over_cap_reply"]["status"] == 200
+
+
+def test_over_cap_passes_when_memory_returns_and_the_service_answers(tmp_path):
+    readings = iter([5e9, 5.2e9, 5.1e9])
+    body_file = tmp_path / "body.json"
+    body_file.write_text('{"id": "x", "state": "s", "question": "q", "options": []}')
+
+    def answer(path, body, token):
+        return error(503, "out_of_memory") if body["id"] == "x" else reply(200, {"top": "approve"})
+
+    ctx = context(tmp_path, answer, extra=["--over-cap-body", str(body_file)],
+                  memory=lambda: {"reserved": next(readings)})
+    status, reason, numbers = overcap.run(ctx)
+    assert (status, reason) == ("pass", None)
+    assert numbers["above_baseline_mib"] == pytest.approx(0.2e9 / 2 ** 20, abs=0.1)
+
+
+def test_chunking_fails_when_a_chunked_answer_differs(tmp_path):
+    def answer(path, body, token):
+        alone = len(body["decisions"]) < 21
+        return shared_answer(body, probabilities=(0.4, 0.6) if not alone else (0.41, 0.59))
+
+    status, reason, numbers = chunking.run(context(tmp_path, answer))
+    assert status == "fail" and "21 answer(s) differ" in reason
+    assert numbers["mismatches"]["c0"] == ["probabilities", "confidence"]
+
+
+def test_auth_and_queue_fail_without_a_429(tmp_path):
+    def answer(path, body, token):
+        if token is not None:
+            return error(401, "unauthorized")
+        return reply(200, {})
+
+    flood_file = tmp_path / "flood.json"
+    flood_file.write_text('{"id": "slow", "state": "s", "question": "q", "options": []}')
+    status, reason, numbers = limits.run(context(tmp_path, answer, extra=["--flood", "4", "--flood-body",
+                                                                          str(flood_file)]))
+    assert status == "fail" and "no 429 among 4" in reason
+    assert numbers["flood"]["statuses"] == {"200": 4}
+
+
+def test_auth_and_queue_pass_with_busy_envelopes_and_otherwise_200(tmp_path):
+    answers = iter([error(429, "busy")] * 3 + [reply(200, {})] * 2)
+
+    def answer(path, body, token):
+        return error(401, "unauthorized") if token is not None else next(answers)
+
+    flood_file = tmp_path / "flood.json"
+    flood_file.write_text('{"id": "slow", "state": "s", "question": "q", "options": []}')
+    status, reason, numbers = limits.run(context(tmp_path, answer, extra=["--flood", "5", "--flood-body",
+                                                                          str(flood_file)]))
+    assert (status, reason) == ("pass", None)
+    assert numbers["flood"]["busy_envelopes"] == 3
+
+
+def test_a_401_without_the_envelope_fails(tmp_path):
+    def answer(path, body, token):
+        return reply(401, {"detail": "nope"}) if token is not None else error(429, "busy")
+
+    flood_file = tmp_path / "flood.json"
+    flood_file.write_text('{"id": "slow", "state": "s", "question": "q", "options": []}')
+    status, reason, _ = limits.run(context(tmp_path, answer, extra=["--flood", "2", "--flood-body", str(flood_file)]))
+    assert status == "fail" and "not 401 unauthorized" in reason
+
+
+def test_stability_without_a_restart_option_reports_that_phase_not_run(tmp_path):
+    def answer(path, body, token):
+        ids = [option["id"] for option in body["options"]]
+        return reply(200, {"option_ids": ids, "probabilities": [1 / len(ids)] * len(ids), "top": ids[0]})
+
+    status, reason, numbers = stability.run(context(tmp_path, answer))
+    assert (status, reason) == ("pass", None)
+    assert numbers["across_restart"] == {"status": "not_run",
+                                         "reason": "no --restart-command or --restart-prompt given"}
+
+
+def test_vram_is_not_run_on_the_cpu_and_when_memory_reads_zero(tmp_path):
+    cpu = context(tmp_path, None, health={**HEALTH, "model": {"device": "cpu"}})
+    with pytest.raises(NotRun, match="CPU"):
+        vram.run(cpu)
+    zero = context(tmp_path, None, memory=lambda: {"reserved": 0.0, "allocated": 0.0})
+    with pytest.raises(NotRun, match="read 0"):
+        vram.run(zero)
+
+
+def test_a_check_that_breaks_is_a_failure_with_the_error(tmp_path):
+    ctx = context(tmp_path, lambda *a: reply(200, {"results": []}))  # no timing: the check cannot read it
+    result = run_check(ctx, 7)
+    assert result.status == "fail" and result.reason.startswith("the check itself failed: KeyError")
