@@ -1,4 +1,4 @@
-"""The model's facts: the pins and limits in force, typed, and how they travel as the info metric's labels.
+"""The model's facts: the pins, limits and kernels in force, typed, and how they travel as the info metric's labels.
 
 The model publishes them once it has started, as the labels of the gauge INFO_METRIC (value 1) on Triton's metrics
 port; the shim reads them from there for /health, so reading them never waits behind an inference.
@@ -23,6 +23,10 @@ class ModelFacts:
     vram_cap_gib: float | None
     max_tokens: int
     vision_tower: str
+    fla_version: str  # "" when flash-linear-attention does not import
+    causal_conv1d_version: str  # "" when causal-conv1d does not import
+    linear_attention: str  # the kernels the model's linear-attention layers run: fast | reference | mixed | unknown | none
+    slow_kernels_allowed: bool
 
     def to_labels(self) -> dict[str, str]:
         return {field.name: _label(getattr(self, field.name)) for field in dataclasses.fields(self)}
@@ -30,16 +34,7 @@ class ModelFacts:
     @classmethod
     def from_labels(cls, labels: dict[str, str]) -> "ModelFacts":
         """ValueError (KeyError included) when a label is missing or does not read as its type."""
-        values = {}
-        for field in dataclasses.fields(cls):
-            raw = labels[field.name]
-            if field.name == "vram_cap_gib":
-                values[field.name] = float(raw) if raw else None
-            elif field.name == "max_tokens":
-                values[field.name] = int(raw)
-            else:
-                values[field.name] = raw
-        return cls(**values)
+        return cls(**{field.name: _READERS[field.type](labels[field.name]) for field in dataclasses.fields(cls)})
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -50,4 +45,22 @@ class ModelFacts:
 
 
 def _label(value: object) -> str:
-    return "" if value is None else str(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _boolean(raw: str) -> bool:
+    if raw not in ("true", "false"):
+        raise ValueError(f"not a boolean label: {raw!r}")
+    return raw == "true"
+
+
+_READERS = {
+    "str": str,
+    "int": int,
+    "bool": _boolean,
+    "float | None": lambda raw: float(raw) if raw else None,
+}

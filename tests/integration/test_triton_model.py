@@ -257,6 +257,8 @@ def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pin
     assert dict(info[0])["revision"] == fixture_pins.revision
     assert dict(info[0])["max_tokens"] == str(TEST_MAX_TOKENS)
     assert dict(info[0])["vision_tower"] == "removed"
+    # on the CPU the fast linear-attention kernels are neither expected nor refused
+    assert (dict(info[0])["linear_attention"], dict(info[0])["slow_kernels_allowed"]) == ("reference", "false")
 
 
 def refused_start(fixture_pins, tmp_path, **overrides) -> tuple[int, str]:

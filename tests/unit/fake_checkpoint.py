@@ -24,6 +24,22 @@ SCORES_DEPEND_ON_VISION = {scores_depend_on_vision}
 WARMUP_FAILS = {warmup_fails}
 PLACED_ON = {placed_on!r}
 HAS_VISION = {has_vision}
+FAST_KERNELS = {fast_kernels}
+
+
+def _kernel(is_new_implementation):
+    """Like transformers: the implementation chosen at import time lives in the kernel function's closure."""
+    def kernel(*args, **kwargs):
+        return is_new_implementation
+    return kernel
+
+
+causal_conv1d_fn = _kernel(FAST_KERNELS)
+torch_chunk_gated_delta_rule = _kernel(FAST_KERNELS)
+
+
+class FakeGatedDeltaNet:
+    """A linear-attention layer."""
 
 
 def validate_request(request):
@@ -57,6 +73,9 @@ class Model:
     def parameters(self):
         return iter([Parameter()])
 
+    def modules(self):
+        return iter([self, FakeGatedDeltaNet(), FakeGatedDeltaNet()])
+
 
 class DecisionEngine:
     def __init__(self, checkpoint=None, *, max_length=8192, device="cuda", dtype="bfloat16", **ignored):
@@ -89,11 +108,13 @@ class DecisionEngine:
 
 def write_checkpoint(root: Path, *, revision: str = REVISION, token_offset: int = 0,
                      scores_depend_on_vision: bool = False, warmup_fails: bool = False,
-                     placed_on: str = "cuda", has_vision: bool = True) -> tuple[Path, str]:
+                     placed_on: str = "cuda", has_vision: bool = True,
+                     fast_kernels: bool = True) -> tuple[Path, str]:
     """Returns (snapshot path, sha256 of its inference.py)."""
     snapshot = root / "models--internlm--Intern-Decision-4B" / "snapshots" / revision
     snapshot.mkdir(parents=True, exist_ok=True)
     text = INFERENCE_TEMPLATE.format(token_offset=token_offset, scores_depend_on_vision=scores_depend_on_vision,
-                                     warmup_fails=warmup_fails, placed_on=placed_on, has_vision=has_vision)
+                                     warmup_fails=warmup_fails, placed_on=placed_on, has_vision=has_vision,
+                                     fast_kernels=fast_kernels)
     (snapshot / "inference.py").write_text(text)
     return snapshot, hashlib.sha256(text.encode()).hexdigest()

@@ -221,3 +221,30 @@ def test_calls_answer_in_order_and_stop_at_the_first_failure(tmp_path, torch):
     with pytest.raises(ValueError, match="Supply"):
         next(answers)
     assert scored == ["s", "t"]  # the third call never ran
+
+
+def test_the_kernels_in_use_are_in_the_facts(tmp_path, torch):
+    snapshot, sha256 = write_checkpoint(tmp_path)
+    engine = ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
+    assert engine.facts.linear_attention == "fast" and engine.facts.slow_kernels_allowed is False
+
+
+def test_a_cuda_model_on_the_reference_kernels_refuses_to_start(tmp_path, torch):
+    snapshot, sha256 = write_checkpoint(tmp_path, fast_kernels=False)
+    with pytest.raises(StartupRefused, match="kernel check failed: the linear-attention layers run the reference path"):
+        ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
+    assert "engine constructed" in [event[0] for event in torch.events if isinstance(event, tuple)]
+
+
+def test_the_slow_path_serves_when_allowed_explicitly_and_says_so(tmp_path, torch):
+    snapshot, sha256 = write_checkpoint(tmp_path, fast_kernels=False)
+    engine = ServingEngine.start(settings_for(snapshot, sha256, allow_slow_kernels="1"), "cuda:0", torch=torch)
+    assert (engine.facts.linear_attention, engine.facts.slow_kernels_allowed) == ("reference", True)
+
+
+def test_the_cpu_serves_on_the_reference_kernels(tmp_path, monkeypatch):
+    torch = make_torch(cpu_only=True)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    snapshot, sha256 = write_checkpoint(tmp_path, fast_kernels=False, placed_on="cpu")
+    engine = ServingEngine.start(settings_for(snapshot, sha256, device="cpu"), "cpu", torch=torch)
+    assert engine.facts.linear_attention == "reference"

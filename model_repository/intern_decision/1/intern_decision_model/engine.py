@@ -2,7 +2,8 @@
 
 start() runs the contract's startup checks in order and refuses to serve (StartupRefused) when one fails:
 snapshot path and inference.py hash (INV-3), the CUDA device and arch list (INV-3), the VRAM cap before the weights
-load (INV-4), a warm-up that scores (INV-3), the prompt-hash check (INV-8) and the vision-tower swap (INV-7).
+load (INV-4), the fast linear-attention kernels on CUDA (unless the slow path is allowed explicitly), a warm-up that
+scores (INV-3), the prompt-hash check (INV-8) and the vision-tower swap (INV-7).
 answer() scores one predict() request under the CallGuard and adds the prompt hash, prompt version and model facts.
 The prompt and the readout are always the checkpoint's; nothing here re-implements them.
 """
@@ -20,6 +21,7 @@ from wire.facts import ModelFacts
 
 from .checkpoint import StartupRefused, load_inference_module, verify_snapshot_path
 from .guard import CallGuard
+from .kernels import kernel_facts, slow_path_refusal
 from .settings import PINNED_REPO, Settings
 
 log = logging.getLogger("intern_decision.engine")
@@ -125,6 +127,10 @@ class ServingEngine:
             placed = next(model.parameters()).device
             if placed.type != "cuda":
                 raise StartupRefused(f"CUDA check failed: the model's weights are on {placed}, not on {device}")
+        kernels = kernel_facts(model)
+        refusal = slow_path_refusal(kernels, device, settings.allow_slow_kernels)
+        if refusal is not None:
+            raise StartupRefused(refusal)
         guard = CallGuard(torch, device, settings.release_slack_bytes)
 
         first = cls._warm_up(engine)
@@ -154,6 +160,10 @@ class ServingEngine:
             vram_cap_gib=settings.vram_cap_gib,
             max_tokens=settings.max_tokens,
             vision_tower=vision,
+            fla_version=kernels.fla_version,
+            causal_conv1d_version=kernels.causal_conv1d_version,
+            linear_attention=kernels.linear_attention,
+            slow_kernels_allowed=settings.allow_slow_kernels,
         )
         log.info("serving %s", " ".join(f"{key}={value}" for key, value in facts.as_dict().items()))
         return cls(settings, device, module, engine, guard, facts)

@@ -32,6 +32,7 @@ class Settings:
     max_tokens: int
     release_slack_mib: int
     keep_vision: bool
+    allow_slow_kernels: bool
 
     @property
     def release_slack_bytes(self) -> int:
@@ -66,6 +67,7 @@ class Settings:
             max_tokens=_integer(env, "MAX_TOKENS", 8192, minimum=1),
             release_slack_mib=_integer(env, "RELEASE_SLACK_MIB", 512, minimum=0),
             keep_vision=_flag(env, "KEEP_VISION"),
+            allow_slow_kernels=_flag(env, "ALLOW_SLOW_KERNELS"),
         )
 
 
