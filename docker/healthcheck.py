@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 
 TIMEOUT_SECONDS = 4.0
+TRITON_URL = "http://127.0.0.1:8000"
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> None:
@@ -41,10 +42,9 @@ def ping_model(base_url: str, model: str) -> None:
 
 
 def check_triton(env: dict[str, str]) -> None:
-    base_url = "http://127.0.0.1:8000"
     model = env.get("INTERN_DECISION_MODEL_NAME") or "intern_decision"
-    get(f"{base_url}/v2/models/{model}/ready")
-    ping_model(base_url, model)
+    get(f"{TRITON_URL}/v2/models/{model}/ready")
+    ping_model(TRITON_URL, model)
 
 
 def check_shim(env: dict[str, str]) -> None:

@@ -139,11 +139,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -I smoke_check.py CONSTRAINTS", file=sys.stderr)
         return 2
-    print(f"Python {sys.version.split()[0]} at {sys.executable}, isolated={bool(sys.flags.isolated)}")
-    problems = []
     if not sys.flags.isolated:
-        problems.append("run me with python -I, the way the python backend stub runs")
-    problems += check_versions(read_pins(Path(argv[0])), installed())
+        print("run me with python -I, the way the python backend stub runs Python", file=sys.stderr)
+        return 2
+    print(f"Python {sys.version.split()[0]} at {sys.executable}")
+    problems = check_versions(read_pins(Path(argv[0])), installed())
     problems += check_torch()
     problems += check_kernels()
     problems += check_triton_compiler()
