@@ -1,16 +1,19 @@
-"""python -m shim [--host H] [--port P]: serve the shim with uvicorn, one worker (INV-2).
+"""python -m shim [--host H] [--port P]: serve the shim with uvicorn, one worker (INV-2), and its metrics on a port
+of their own (INTERN_DECISION_METRICS_HOST / INTERN_DECISION_METRICS_PORT, default the shim's host and 9464; 0 off).
 
-Configuration is read from INTERN_DECISION_* and validated before the server starts; a bad value stops it.
+Configuration is read from INTERN_DECISION_* and validated before the server starts; a bad value stops it. Logs
+are JSON lines on stdout (shim/logs.py).
 """
 from __future__ import annotations
 
 import argparse
-import logging
+import logging.config
 import os
 import sys
 
 import uvicorn
 
+from . import logs, metrics
 from .app import create_app
 from .settings import ShimSettings
 
@@ -26,14 +29,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=os.environ.get("INTERN_DECISION_HOST") or "127.0.0.1")
     parser.add_argument("--port", help="default: INTERN_DECISION_PORT, else 8080")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         port = listen_port(args.port or os.environ.get("INTERN_DECISION_PORT") or "8080")
         settings = ShimSettings.from_env(os.environ)
+        metrics_address = metrics.listen_address(os.environ, args.host)
+        if metrics_address is not None and metrics_address[1] == port:
+            raise ValueError(f"INTERN_DECISION_METRICS_PORT must differ from the shim's port {port}")
     except ValueError as exc:
         print(f"refusing to start: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(create_app(settings), host=args.host, port=port, workers=1, log_level="info")
+    shim_metrics = metrics.ShimMetrics()
+    log_config = logs.log_config()
+    if metrics_address is not None:
+        host, metrics_port = metrics_address
+        try:
+            metrics.serve(shim_metrics.registry, host, metrics_port)
+        except OSError as exc:
+            print(f"refusing to start: the metrics port {host}:{metrics_port} cannot be bound "
+                  f"(INTERN_DECISION_METRICS_PORT): {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    logging.config.dictConfig(log_config)
+    if metrics_address is not None:
+        logging.getLogger("intern_decision.shim").info("metrics on http://%s:%d/metrics", host, metrics_port)
+    uvicorn.run(create_app(settings, metrics=shim_metrics), host=args.host, port=port, workers=1,
+                log_config=log_config, access_log=False)
     return 0
 
 

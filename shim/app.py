@@ -1,6 +1,7 @@
 """The Starlette application: GET /health, POST /decide, POST /decide/shared, every error in the envelope."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -14,8 +15,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from wire.facts import ModelFacts
 
+from .access import AccessLog
 from .combining import IncompleteAnswer
 from .errors import ApiError, envelope
+from .metrics import ShimMetrics
 from .middleware import PostGuard, RequestId
 from .planning import CHUNKING, MAX_QUESTIONS_PER_CALL
 from .service import DecisionService
@@ -27,6 +30,7 @@ log = logging.getLogger("intern_decision.shim")
 
 HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
 FACTS_TTL_SECONDS = 5.0
+MODEL_CHECK_SECONDS = 5.0  # how often the model_up gauge is refreshed without anyone calling /health
 
 
 class FactsCache:
@@ -48,14 +52,17 @@ class FactsCache:
         self._facts = None
 
 
-def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
-    """model: anything with TritonModel's async predict_calls/ready/facts/open/close (a fake in unit tests)."""
+def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics | None = None) -> Starlette:
+    """model: anything with TritonModel's async predict_calls/ready/facts/open/close (a fake in unit tests).
+    metrics: the series this app updates (a fresh set when None); python -m shim serves their registry."""
     model = model if model is not None else TritonModel(settings)
-    service = DecisionService(model, settings.max_decisions)
+    metrics = metrics if metrics is not None else ShimMetrics()
+    service = DecisionService(model, settings.max_decisions, metrics)
     facts = FactsCache(model)
 
-    async def health(request: Request) -> JSONResponse:
-        not_ready = await model.ready()
+    async def check_model() -> tuple[str | None, ModelFacts | None]:
+        """(why the model is not usable, or None; its facts when it is), as /health says; sets model_up."""
+        not_ready, cached_facts = await model.ready(), None
         if not_ready is None:
             try:
                 cached_facts = await facts.get()
@@ -63,6 +70,21 @@ def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
                 not_ready = exc.message
         if not_ready is not None:
             facts.clear()  # a reloaded model may bring other pins
+        metrics.model_up.set(not_ready is None)
+        return not_ready, cached_facts
+
+    async def keep_checking_model() -> None:
+        while True:
+            try:
+                await check_model()
+            except Exception:
+                metrics.model_up.set(0)
+                log.exception("the background model check failed")
+            await asyncio.sleep(MODEL_CHECK_SECONDS)
+
+    async def health(request: Request) -> JSONResponse:
+        not_ready, cached_facts = await check_model()
+        if not_ready is not None:
             body = {"status": "unavailable", **envelope("model_unavailable", not_ready)}
             return JSONResponse(body, status_code=503)
         return JSONResponse({
@@ -109,9 +131,13 @@ def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         await model.open()
+        checker = asyncio.create_task(keep_checking_model(), name="model-check")
         try:
             yield
         finally:
+            checker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await checker
             await model.close()
 
     return Starlette(
@@ -120,7 +146,8 @@ def create_app(settings: ShimSettings, model: Any = None) -> Starlette:
             Route("/decide", decide, methods=["POST"]),
             Route("/decide/shared", decide_shared, methods=["POST"]),
         ],
-        middleware=[Middleware(RequestId), Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
+        middleware=[Middleware(RequestId), Middleware(AccessLog, metrics=metrics),
+                    Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
                                max_body_bytes=settings.max_body_bytes)],
         exception_handlers={InvalidRequest: invalid_request, ApiError: api_error, IncompleteAnswer: incomplete_answer,
                             HTTPException: http_error, Exception: unexpected},

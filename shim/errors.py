@@ -30,5 +30,13 @@ def from_triton(status: int | str | None, message: str) -> ApiError:
     return ApiError(error.kind.status, error.kind.code, error.detail)
 
 
+class Unreachable(ApiError):
+    """model_unavailable because Triton did not answer at all (refused, reset, timed out): the transport kind."""
+
+
 def model_unavailable(message: str) -> ApiError:
     return ApiError(UNAVAILABLE[0], UNAVAILABLE[1], message)
+
+
+def unreachable(message: str) -> ApiError:
+    return Unreachable(UNAVAILABLE[0], UNAVAILABLE[1], message)

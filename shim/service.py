@@ -6,7 +6,10 @@ import contextlib
 import time
 from typing import Any, Protocol
 
+from .access import note_usage
 from .combining import IncompleteAnswer, averaged_result, ordering_result
+from .errors import ApiError, Unreachable
+from .metrics import TRITON_ERROR_KINDS, ShimMetrics
 from .planning import Call, plan
 from .validation import Decision
 
@@ -16,16 +19,34 @@ class Model(Protocol):
 
 
 class DecisionService:
-    def __init__(self, model: Model, max_decisions: int):
+    def __init__(self, model: Model, max_decisions: int, metrics: ShimMetrics):
         self._model = model
         self._max_decisions = max_decisions
+        self._metrics = metrics
         self._lock = asyncio.Lock()
 
     async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], list[dict]]:
         calls = plan(decisions, self._max_decisions)
         requests = [call.predict_request(state, decisions) for call in calls]
-        async with self._lock:
+        self._metrics.calls_per_request.observe(len(calls))
+        note_usage(calls=len(calls))
+        self._metrics.queued.inc()
+        try:
+            await self._lock.acquire()
+        finally:
+            self._metrics.queued.dec()
+        try:
             answers = await self._model.predict_calls(requests, request_id)
+        except ApiError as exc:
+            self._metrics.triton_error(_error_kind(exc))
+            raise
+        except IncompleteAnswer:
+            self._metrics.triton_error("unreadable_answer")
+            raise
+        finally:
+            self._lock.release()
+        with _answers_read():
+            note_usage(input_tokens=sum(answer["usage"]["input_tokens"] for answer in answers))
         return calls, answers
 
     @staticmethod
@@ -66,6 +87,13 @@ class DecisionService:
             "input_tokens": [answer["usage"]["input_tokens"] for answer in answers],
             "inference_seconds": sum(answer["timing"]["inference_ms"] for answer in answers) / 1000,
         }
+
+
+def _error_kind(error: ApiError) -> str:
+    if isinstance(error, Unreachable):
+        return "transport"
+    # the model's kind words, or model_unavailable for Triton's own errors
+    return error.code if error.code in TRITON_ERROR_KINDS else "model_unavailable"
 
 
 @contextlib.contextmanager

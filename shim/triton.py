@@ -19,7 +19,7 @@ from wire.facts import INFO_METRIC, ModelFacts
 from wire.protocol import REQUEST, RESPONSE
 
 from .combining import IncompleteAnswer
-from .errors import from_triton, model_unavailable
+from .errors import from_triton, model_unavailable, unreachable
 from .http1 import Http1Connection
 from .settings import ShimSettings
 
@@ -72,7 +72,7 @@ class TritonModel:
         try:
             response = await self._inference.request("POST", self._infer_path, timeout, body, headers)
         except TRANSPORT_ERRORS as exc:
-            raise model_unavailable(f"Triton did not answer: {type(exc).__name__}: {exc}") from None
+            raise unreachable(f"Triton did not answer: {type(exc).__name__}: {exc}") from None
         if response.status != 200:
             raise from_triton(response.status, _triton_error(response.body))
         try:

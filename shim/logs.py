@@ -1,0 +1,68 @@
+"""The shim's logs: one JSON object per line, the request id on every line written while a request is handled.
+
+The request id lives in a ContextVar, set by the RequestId middleware for the task that handles the request; a
+filter on the handler copies it onto every record, uvicorn's own included (they share the handler through
+uvicorn's log_config). The middleware never resets it: uvicorn runs each request in a task of its own, and its
+"Exception in ASGI application" line, written after the app has returned, must still carry the id.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextvars import ContextVar
+
+request_id: ContextVar[str | None] = ContextVar("intern_decision_request_id", default=None)
+
+# What every LogRecord has; anything else on a record came from extra= and is written as a field of its own.
+_RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message", "asctime", "request_id",
+    "color_message",  # uvicorn's coloured copy of the message
+}
+
+
+class RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """{"ts", "level", "logger", "message", "request_id", ...extra fields, "exception"?} on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRIBUTES:
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def log_config(level: str = "INFO") -> dict:
+    """logging.config.dictConfig for the whole process, handed to uvicorn as its log_config: every logger, uvicorn's
+    too, writes JSON lines to stdout through one handler. uvicorn's access log stays off (uvicorn.run(...,
+    access_log=False)): the shim writes its own line per request, with the route, the calls and the tokens."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"request_id": {"()": RequestIdFilter}},
+        "formatters": {"json": {"()": JsonFormatter}},
+        "handlers": {"stdout": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout",
+                                "formatter": "json", "filters": ["request_id"]}},
+        "root": {"handlers": ["stdout"], "level": level},
+        "loggers": {
+            "uvicorn": {"handlers": [], "propagate": True, "level": level},
+            "uvicorn.error": {"handlers": [], "propagate": True, "level": level},
+            "uvicorn.access": {"handlers": [], "propagate": False},
+        },
+    }
