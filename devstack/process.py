@@ -15,6 +15,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen there now (SO_REUSEADDR, as servers set it: a closing connection is no use)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def rotate_log(path: Path) -> None:
+    """Keep the previous run's log as <name>.1 (one generation)."""
+    if path.exists():
+        path.replace(path.with_name(path.name + ".1"))
+
+
 class ServerExited(RuntimeError):
     """The server stopped before it became ready."""
 
@@ -30,6 +47,7 @@ class ManagedProcess:
 
     def start(self):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        rotate_log(self.log_path)
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(self._command, env=self._env, stdout=log, stderr=subprocess.STDOUT,
                                              start_new_session=True)

@@ -179,13 +179,35 @@ def test_an_empty_request_tensor_is_invalid(triton):
     assert (error.status(), error.message()) == ("400", "invalid_request: call 0: REQUEST holds no calls")
 
 
-def test_request_id_and_call_index_reach_the_model_log(triton):
+def call_log(server: TritonServer) -> dict[str, dict]:
+    """The model's per-call JSON lines by request id. Triton writes each after its own prefix as an escaped JSON
+    string: I1130 15:40:59.961443 20912 model.py:37] "{\\"request_id\\": ...}"."""
+    lines = {}
+    for line in server.log_text().splitlines():
+        prefix, separator, quoted = line.partition('] "')
+        if separator and "model.py:" in prefix and quoted.startswith("{"):
+            payload = json.loads(json.loads('"' + quoted))
+            lines[payload["request_id"]] = payload
+    return lines
+
+
+def test_every_call_reaches_the_model_log_as_a_json_line_named_by_request_id_and_index(triton):
     good = REQUESTS["one choice over a string state"]
+    infer_calls(triton, [good, good], request_id="req-ok2")
     infer_calls_error(triton, [good, {"state": "s", "questions": {}}], request_id="req-7f3a")
+    names = ("req-ok2.0", "req-ok2.1", "req-7f3a.0", "req-7f3a.1")
     deadline = time.monotonic() + 5
-    while "request req-7f3a.1: invalid_request: call 1: Supply 1–16 questions." not in triton.log_text():
+    while not all(name in call_log(triton) for name in names):
         assert time.monotonic() < deadline, triton.log_text()[-2000:]
         time.sleep(0.1)
+    lines = call_log(triton)
+    for name in ("req-ok2.0", "req-ok2.1", "req-7f3a.0"):
+        assert lines[name]["outcome"] == "ok" and lines[name]["input_tokens"] > 0 and lines[name]["ms"] > 0
+        assert "error" not in lines[name]
+    assert lines["req-7f3a.1"] == {"request_id": "req-7f3a.1", "outcome": "invalid", "input_tokens": None,
+                                   "ms": lines["req-7f3a.1"]["ms"],
+                                   "error": "invalid_request: call 1: Supply 1–16 questions."}
+    assert "charged twice" not in triton.log_text()  # the state never reaches the log
 
 
 def metrics_text(server: TritonServer) -> str:

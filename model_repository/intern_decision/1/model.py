@@ -4,7 +4,8 @@ REQUEST is a string tensor [n], one predict() request per element in run order; 
 and answers RESPONSE [n], or stops at the first failure and answers a Triton error naming the kind and the call
 (wire/, docs/wire-protocol.md). The work is done in intern_decision_model (beside this file, importable without
 Triton); this file only adapts it to Triton: configuration and startup in initialize, tensors and errors in execute,
-metrics, and logging through pb_utils.Logger. A call's log lines name it as <request id>.<call index>.
+metrics, and logging through pb_utils.Logger: one JSON line per call, named <request id>.<call index>
+(intern_decision_model/calllog.py).
 """
 import os
 
@@ -20,6 +21,7 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 from wire.protocol import OK_OUTCOME, REQUEST, RESPONSE, error_message  # noqa: E402
 
 from intern_decision_model import protocol  # noqa: E402
+from intern_decision_model.calllog import CallLog  # noqa: E402
 from intern_decision_model.checkpoint import StartupRefused  # noqa: E402
 from intern_decision_model.engine import ServingEngine  # noqa: E402
 from intern_decision_model.metrics import CallRecord, ModelMetrics  # noqa: E402
@@ -30,13 +32,16 @@ class _TritonLogHandler(logging.Handler):
     """Sends the package's logging records to Triton's log."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = self.format(record)
-        if record.levelno >= logging.ERROR:
-            pb_utils.Logger.log_error(text)
-        elif record.levelno >= logging.WARNING:
-            pb_utils.Logger.log_warn(text)
-        else:
-            pb_utils.Logger.log_info(text)
+        try:
+            text = self.format(record)
+            if record.levelno >= logging.ERROR:
+                pb_utils.Logger.log_error(text)
+            elif record.levelno >= logging.WARNING:
+                pb_utils.Logger.log_warn(text)
+            else:
+                pb_utils.Logger.log_info(text)
+        except Exception:  # logging's rule: a handler never raises, so the call log's thread lives on
+            self.handleError(record)
 
 
 log = logging.getLogger("intern_decision")
@@ -60,6 +65,7 @@ class TritonPythonModel:
             device = instance_device(settings.device, args["model_instance_kind"], args["model_instance_device_id"])
             self._engine = ServingEngine.start(settings, device)
             self._metrics = _start_metrics(args["model_name"], self._engine)
+            self._call_log = CallLog(_TritonLogHandler())  # the message alone: each line is a JSON object
         except Exception as exc:
             log.error("startup refused: %s: %s", type(exc).__name__, exc)
             self.finalize()
@@ -71,7 +77,7 @@ class TritonPythonModel:
     def _respond(self, request):
         """Always a response: every call's answer, or a Triton error naming the kind and the failed call."""
         request_id = request.request_id() or "-"
-        records, call, started = [], 0, time.perf_counter()
+        records, call, started, failure = [], 0, time.perf_counter(), None
         try:
             raws = _call_strings(pb_utils.get_input_tensor_by_name(request, REQUEST))
             decoded = []
@@ -90,16 +96,20 @@ class TritonPythonModel:
             kind = protocol.kind_of(exc)
             records.append(CallRecord(kind.outcome, time.perf_counter() - started, None))
             message = error_message(kind, call, str(exc))
-            log.warning("request %s.%d: %s", request_id, call, message)
+            failure = (call, message)
             response = pb_utils.InferenceResponse(
                 output_tensors=[], error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, kind.triton_code)))
         self._metrics.record(records)
+        self._call_log.write(request_id, records, failure)
         return response
 
     def finalize(self):
         metrics, self._metrics = getattr(self, "_metrics", None), None
         if metrics is not None:
             metrics.close()
+        call_log, self._call_log = getattr(self, "_call_log", None), None
+        if call_log is not None:
+            call_log.close()
         engine, self._engine = getattr(self, "_engine", None), None
         if engine is not None:
             engine.close()
