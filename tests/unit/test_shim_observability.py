@@ -255,3 +255,17 @@ def test_exceptions_are_one_json_line_with_the_traceback():
     parsed = json.loads(line)
     assert parsed["request_id"] == "req-exc" and parsed["level"] == "error"
     assert "RuntimeError: boom" in parsed["exception"]
+
+
+async def test_an_unexpected_failure_is_counted_and_logged_as_500_with_the_request_id(model, metrics, log_lines):
+    model.fail_with = RuntimeError("boom")
+    app = create_app(make_settings(), model, metrics)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://shim") as client:
+        response = await client.post("/decide", json=decide_body(), headers={**AUTH, "X-Request-Id": "req-500"})
+    assert response.status_code == 500
+    assert sample(metrics, "intern_decision_shim_requests_total", route="/decide", status="500") == 1
+    lines = log_lines()
+    assert [line["status"] for line in lines if line["logger"] == "intern_decision.shim.access"] == [500]
+    assert {line["request_id"] for line in lines} == {"req-500"}
+    assert any("RuntimeError: boom" in line.get("exception", "") for line in lines)
