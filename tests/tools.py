@@ -12,10 +12,10 @@ LOCAL_TOOLS = REPO_ROOT / ".cache" / "tools" / "bin"
 
 
 def required_tool(name: str) -> str:
-    """The tool's path; the test fails when it is missing (.ci/run installs Debian's prometheus package)."""
+    """The tool's path, on PATH or in .cache/tools/bin; the test fails when it is missing."""
     local = LOCAL_TOOLS / name
     found = shutil.which(name) or (str(local) if local.is_file() else None)
     if found is None:
-        pytest.fail(f"{name} is not installed: it comes with Debian's prometheus package "
-                    f"(apt-get install prometheus; .ci/run installs it when missing)", pytrace=False)
+        pytest.fail(f"{name} is not installed: it comes with Debian's prometheus package; run "
+                    f"scripts/install-prometheus-tools.sh (.ci/run does)", pytrace=False)
     return found
