@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from http.client import HTTPConnection
 from pathlib import Path
@@ -106,7 +107,7 @@ def main() -> int:
     variants = [(f"{tree.name}{suffix}", tree.resolve(), variant) for tree in [HERE, *args.tree]
                 for suffix, variant in (("", "as-is"), (", access line off", "no-access-line"))]
     measured: dict[str, list[float]] = {name: [] for name, _, _ in variants}
-    log_path = Path("/tmp") / f"observability-cost-{os.getpid()}.log"
+    log_path = Path(tempfile.gettempdir()) / f"observability-cost-{os.getpid()}.log"
     for _ in range(args.rounds):  # interleaved, so that drift on a shared machine hits every variant alike
         for name, tree, variant in variants:
             measured[name].append(shim_cpu_ms(tree, variant, args.requests, log_path))
