@@ -36,10 +36,14 @@ def parse(argv) -> Options:
     parser.add_argument("--kit-n", type=int, help="the kit's --n (default 20; 3 with --cpu)")
     parser.add_argument("--deadline", type=float, default=DEADLINE_SECONDS, help="overall seconds (hard stop)")
     parser.add_argument("--server-root", type=Path, help="a tritonserver tree to use instead of the installed one")
+    parser.add_argument("--device", choices=("cuda", "cpu"),
+                        help="where the model runs (default cuda; cpu with --cpu, or to rehearse the GPU path "
+                             "without a card)")
     args = parser.parse_args(argv)
     cpu = args.cpu
     return Options(
         mode="cpu" if cpu else "gpu",
+        device=args.device or ("cpu" if cpu else "cuda"),
         out=args.out.resolve(),
         scratch=(args.scratch or REPO_ROOT / ".cache" / "gpucheck").resolve(),
         carry=args.carry.resolve(),

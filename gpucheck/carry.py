@@ -50,10 +50,10 @@ SERVER_PREFIX = "pytriton/tritonserver/"
 LIBS_PREFIX = "nvidia_pytriton.libs/"
 
 
-def server_member_wanted(name: str) -> bool:
+def server_member_wanted(name: str, python_version: str = PYTHON_VERSION) -> bool:
     """Whether a file of the nvidia-pytriton wheel belongs in the trimmed server: the binary, the python backend, the
-    local cache, the stub for PYTHON_VERSION and the vendored libraries, except the bundled libpython 3.13 (only the
-    3.13 stub uses it)."""
+    local cache, the stub for the Python version and the vendored libraries, except the bundled libpython 3.13 (only
+    the 3.13 stub uses it)."""
     if name.endswith("/") or "__pycache__" in name:
         return False
     if name.startswith(LIBS_PREFIX):
@@ -62,4 +62,4 @@ def server_member_wanted(name: str) -> bool:
         return False
     rest = name[len(SERVER_PREFIX):]
     return (rest.startswith(("bin/", "backends/python/", "caches/"))
-            or rest.startswith(f"python_backend_stubs/{PYTHON_VERSION}/"))
+            or rest.startswith(f"python_backend_stubs/{python_version}/"))

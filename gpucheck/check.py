@@ -30,7 +30,8 @@ class Skip(Exception):
 
 @dataclass
 class Options:
-    mode: str  # "gpu" or "cpu"
+    mode: str  # "gpu" (install, synthetic checkpoint, production config) or "cpu" (the development environment)
+    device: str  # where the model runs: "cuda", or "cpu" (--cpu, or rehearsing the GPU path without a card)
     out: Path
     scratch: Path
     carry: Path
@@ -66,6 +67,10 @@ class Context:
         return self.options.mode == "gpu"
 
     @property
+    def cuda(self) -> bool:
+        return self.options.device == "cuda"
+
+    @property
     def out(self) -> Path:
         return self.options.out
 
@@ -80,12 +85,16 @@ class Context:
     def threads(self) -> dict:
         # On the CPU, one torch thread for the model in-process and in the stub alike: the two are compared, and
         # on a small machine the stub, the server, the shim and the client share the cores.
-        return {} if self.gpu else {"OMP_NUM_THREADS": "1"}
+        return {} if self.cuda else {"OMP_NUM_THREADS": "1"}
 
     def stop_stack(self) -> None:
         if self.stack is not None:
             stack, self.stack = self.stack, None
             stack.stop()
+
+
+def dtype_of(ctx: Context) -> str:
+    return "bfloat16" if ctx.cuda else "float32"  # bf16 is the checkpoint's; on a CPU float32 is the fast one
 
 
 def script_environment(extra: dict | None = None) -> dict:
@@ -111,7 +120,7 @@ def environment(ctx: Context, step: Step) -> str:
               f"GPU: {gpu.get('name', 'none')} {gpu.get('capability', '')} {gpu.get('memory_gib', '')}; "
               + "; ".join(f"{name} {'imports, ' + str(entry['version']) if entry['importable'] else 'does not import'}"
                           for name, entry in kernels.items()))
-    if ctx.gpu and not facts.get("cuda_available"):
+    if ctx.cuda and not facts.get("cuda_available"):
         raise RuntimeError(f"torch sees no CUDA device. {detail}")
     return detail
 
@@ -188,12 +197,12 @@ def shapes_step(ctx: Context, step: Step) -> str:
 def _run_inprocess(ctx: Context, out_name: str, limit: float, block: bool) -> dict:
     path = ctx.out / out_name
     budget = ctx.budget(limit)
-    allowance = 60 if ctx.gpu else 25  # importing torch and transformers, loading the model
+    allowance = 60 if ctx.cuda else 25  # importing torch and transformers, loading the model
     arguments = ["--checkpoint", ctx.pins.checkpoint, "--shapes", ctx.shapes_path, "--out", path,
-                 "--device", "cuda" if ctx.gpu else "cpu", "--dtype", "bfloat16" if ctx.gpu else "float32",
+                 "--device", ctx.options.device, "--dtype", dtype_of(ctx),
                  "--rounds", str(ctx.options.rounds), "--warmup", str(ctx.options.warmup),
                  "--budget", str(max(5, int(budget - allowance)))]
-    if ctx.gpu:
+    if ctx.cuda:
         arguments.append("--probe")
     if ctx.kernels is not None:
         arguments += ["--kernels", ctx.kernels]
@@ -227,7 +236,7 @@ def inprocess_step(ctx: Context, step: Step) -> str:
         result = _run_inprocess(ctx, "inprocess.json", 240, block=True)
     ctx.inprocess = result
     ctx.kernels_bound = any("fla" in str(value) for value in (result.get("bound") or {}).values())
-    if ctx.gpu and result.get("probe"):
+    if ctx.cuda and result.get("probe"):
         ctx.cap = choose_cap(result)
     step.data = {**result, "cap": ctx.cap}
     return _describe_inprocess(result) + note
@@ -243,16 +252,16 @@ def _partial(path: Path) -> dict:
 def server_step(ctx: Context, step: Step) -> str:
     repository = prepare_repository(ctx.options.scratch)
     env = ctx.pins.env()
-    env.update(INTERN_DECISION_DEVICE="cuda" if ctx.gpu else "cpu",
-               INTERN_DECISION_DTYPE="bfloat16" if ctx.gpu else "float32",
+    env.update(INTERN_DECISION_DEVICE=ctx.options.device, INTERN_DECISION_DTYPE=dtype_of(ctx),
                HF_HUB_DISABLE_PROGRESS_BARS="1", **ctx.threads())
-    if ctx.gpu:
+    if ctx.cuda:
         if ctx.cap is None:
             index = json.loads((ctx.pins.checkpoint / "model.safetensors.index.json").read_text())
             ctx.cap = fallback_cap(index["metadata"]["total_size"])
         env["INTERN_DECISION_VRAM_CAP_GIB"] = f"{ctx.cap['cap_gib']:.2f}"
-        if ctx.kernels_bound and ctx.kernels is not None:
-            install.expose_kernels(ctx.python, ctx.kernels, ctx.out / "install.log")
+    if ctx.kernels_bound and ctx.kernels is not None:
+        install.expose_kernels(ctx.python, ctx.kernels, ctx.out / "install.log")
+    if ctx.gpu:
         attempts = [("production", None), ("variant", VARIANT)]
     else:
         attempts = [("cpu", "cpu")]
@@ -268,10 +277,10 @@ def server_step(ctx: Context, step: Step) -> str:
     ctx.token_file.chmod(0o600)
     shim.start().wait_ready(timeout=ctx.budget(60))
     facts = health(shim)
-    if ctx.gpu:
+    if ctx.cuda:
         nvidia_smi(ctx.out / "nvidia-smi.txt", "serving (after startup)")
     step.data = {"config": label, "attempts": tried, "ready_seconds": ready_seconds, "cap": ctx.cap,
-                 "kernels_exposed": bool(ctx.gpu and ctx.kernels_bound), "health": facts,
+                 "kernels_exposed": bool(ctx.kernels_bound and ctx.kernels), "health": facts,
                  "triton": server.http_url, "metrics": server.metrics_url, "shim": shim.url}
     cap = f", VRAM cap {ctx.cap['cap_gib']} GiB" if ctx.cap else ""
     return f"config {label} ready after {ready_seconds} s{cap}; shim on {shim.url}; /health {facts.get('status')}"
@@ -349,7 +358,8 @@ STEPS = (
 
 def run(options: Options) -> Report:
     report = Report(options.out, options.mode, options.deadline, [Step(name, title) for name, title, _, _ in STEPS])
-    report.facts.update(mode=options.mode, checkpoint=options.checkpoint, out=str(options.out))
+    report.facts.update(mode=options.mode, device=options.device, checkpoint=options.checkpoint,
+                        out=str(options.out))
     deadline = Deadline(options.deadline, reserve=20)
     ctx = Context(options, report, deadline)
     options.out.mkdir(parents=True, exist_ok=True)
@@ -386,7 +396,7 @@ def run(options: Options) -> Report:
         Deadline.disarm()
         kill_all()
         ctx.stop_stack()
-        if ctx.gpu:
+        if ctx.cuda:
             nvidia_smi(options.out / "nvidia-smi.txt", "at the end")
         report.facts.update(_facts(ctx))
         report.finished = time.time()
@@ -403,7 +413,7 @@ def _facts(ctx: Context) -> dict:
         "vram_cap_gib": (ctx.cap or {}).get("cap_gib"),
         "cap_choice": (ctx.cap or {}).get("why"),
         "over_cap_call_expected": (ctx.cap or {}).get("separable"),
-        "kernels_in_service": "fla" if (ctx.gpu and ctx.kernels_bound) else "torch (transformers' reference)",
+        "kernels_in_service": "fla" if ctx.kernels_bound else "torch (transformers' reference)",
         "latency": latency_rows(steps),
     }
     return {key: value for key, value in facts.items() if value is not None}

@@ -37,10 +37,10 @@ GPU_MARKERS = {
 }
 
 
-def pip_download(dest: Path, requirements: tuple, with_deps: bool) -> None:
+def pip_download(dest: Path, requirements: tuple, with_deps: bool, python_version: str) -> None:
     command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-cache-dir",
-               "--dest", str(dest), "--only-binary=:all:", "--python-version", carry.PYTHON_VERSION,
-               "--implementation", "cp", "--abi", "cp" + carry.PYTHON_VERSION.replace(".", "")]
+               "--dest", str(dest), "--only-binary=:all:", "--python-version", python_version,
+               "--implementation", "cp", "--abi", "cp" + python_version.replace(".", "")]
     for platform in carry.PLATFORMS:
         command += ["--platform", platform]
     if not with_deps:
@@ -54,14 +54,14 @@ def download_server_wheel(dest: Path) -> Path:
     return next(dest.glob("nvidia_pytriton-*.whl"))
 
 
-def trim_server(wheel: Path, tarball: Path) -> dict:
+def trim_server(wheel: Path, tarball: Path, python_version: str) -> dict:
     """Repack the wanted members of the wheel; returns their count, unpacked size and the GPU markers found."""
     found = {name: [] for name in GPU_MARKERS}
     count, unpacked = 0, 0
     with zipfile.ZipFile(wheel) as archive, \
             tarfile.open(tarball, "w:xz", preset=9 | lzma.PRESET_EXTREME) as out:
         for info in sorted(archive.infolist(), key=lambda item: item.filename):
-            if not carry.server_member_wanted(info.filename):
+            if not carry.server_member_wanted(info.filename, python_version):
                 continue
             data = archive.read(info)
             member = tarfile.TarInfo(info.filename)
@@ -94,22 +94,22 @@ def sizes(folder: Path) -> dict:
             for path in sorted(folder.rglob("*")) if path.is_file() and path.name != carry.MANIFEST}
 
 
-def collect(dest: Path) -> dict:
+def collect(dest: Path, python_version: str = carry.PYTHON_VERSION) -> dict:
     if dest.exists():
         shutil.rmtree(dest)
     (dest / carry.WHEELS).mkdir(parents=True)
-    pip_download(dest / carry.WHEELS, carry.SERVICE_REQUIREMENTS, with_deps=True)
-    pip_download(dest / carry.KERNEL_WHEELS, carry.KERNEL_REQUIREMENTS, with_deps=False)
+    pip_download(dest / carry.WHEELS, carry.SERVICE_REQUIREMENTS, True, python_version)
+    pip_download(dest / carry.KERNEL_WHEELS, carry.KERNEL_REQUIREMENTS, False, python_version)
     with tempfile.TemporaryDirectory() as scratch:
         wheel = download_server_wheel(Path(scratch))
-        server = trim_server(wheel, dest / carry.SERVER_TARBALL)
+        server = trim_server(wheel, dest / carry.SERVER_TARBALL, python_version)
         server["wheel"] = wheel.name
         server["wheel_bytes"] = wheel.stat().st_size
     files = sizes(dest)
     carried = sum(files.values())
     repository = repository_bytes()
     manifest = {
-        "python": carry.PYTHON_VERSION,
+        "python": python_version,
         "platforms": list(carry.PLATFORMS),
         "service_requirements": list(carry.SERVICE_REQUIREMENTS),
         "kernel_requirements": list(carry.KERNEL_REQUIREMENTS),
@@ -127,8 +127,10 @@ def collect(dest: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpucheck.collect")
     parser.add_argument("--dest", type=Path, default=carry.DEFAULT_DIR)
+    parser.add_argument("--python-version", default=carry.PYTHON_VERSION,
+                        help="the GPU machine's Python (another one only to rehearse the install elsewhere)")
     args = parser.parse_args(argv)
-    manifest = collect(args.dest)
+    manifest = collect(args.dest, args.python_version)
     mib = 1024 ** 2
     for name, size in manifest["files"].items():
         print(f"{size / mib:8.2f} MiB  {name}")
