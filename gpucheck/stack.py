@@ -74,13 +74,25 @@ def start_server(attempts: list, env: dict, repository: Path, root: Path, python
             return server, label, tried
         except (ServerExited, TimeoutError) as exc:
             tried.append({"config": label, "ready": False, "error": str(exc),
-                          "log_tail": tail(server.log_path, 8)})
+                          "reason": load_failure(server.log_path)})
             server.stop(timeout=20)
         except BaseException:
             server.stop(timeout=20)
             raise
     raise RuntimeError("tritonserver did not get ready with any config: "
-                       + "; ".join(f"{t['config']}: {t['error']} [{t['log_tail']}]" for t in tried))
+                       + "; ".join(f"{t['config']}: {t['reason']}" for t in tried))
+
+
+def load_failure(log: Path) -> str:
+    """The server log's own words on why the model did not load, else its last lines."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    for line in lines:
+        if "failed to load" in line or "StartupRefused" in line or "startup refused" in line:
+            return line.strip()[:600]
+    return tail(log, 8)
 
 
 def health(shim: ShimServer) -> dict:

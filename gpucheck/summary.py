@@ -63,8 +63,8 @@ def render_markdown(report: dict) -> str:
             "Service: the same request as `/decide/shared` through the shim and Triton, timed at the client. "
             "Added: service minus in-process.",
             "",
-            "| shape | tokens per call | in-process p50 / mean | in-process, torch kernels p50 | service p50 / mean / p95 "
-            "| added p50 / mean |",
+            "| shape | tokens per call | in-process p50 / mean | in-process, torch kernels p50 "
+            "| service p50 / mean / p95 | added p50 / mean |",
             "|---|---|---|---|---|---|",
         ]
         for row in rows:
