@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,12 +75,19 @@ def server_command(ports: Ports, model_repository: Path = MODEL_REPOSITORY, conf
     ]
 
 
-def interpreter_libdir(python: str) -> str:
-    """Where an interpreter's libpython lives (its LIBDIR)."""
-    if python == sys.executable:
-        return sysconfig.get_config_var("LIBDIR") or ""
-    done = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR') or '')"],
-                          check=True, capture_output=True, text=True, timeout=60)
+_LIBDIR_PROBE = """
+import glob, os, sys, sysconfig
+name = "libpython%d.%d.so*" % sys.version_info[:2]
+candidates = [sysconfig.get_config_var("LIBDIR") or "", os.path.join(sys.base_prefix, "lib")]
+print(next((d for d in candidates if d and glob.glob(os.path.join(d, name))), candidates[0]))
+"""
+
+
+def interpreter_libdir(python: str | None = None) -> str:
+    """Where an interpreter's libpython lives: its LIBDIR, or <base prefix>/lib when LIBDIR names a build-time
+    folder that holds no libpython (relocated builds)."""
+    done = subprocess.run([python or sys.executable, "-c", _LIBDIR_PROBE], check=True, capture_output=True,
+                          text=True, timeout=60)
     return done.stdout.strip()
 
 

@@ -225,7 +225,7 @@ def _describe_inprocess(result: dict) -> str:
 def inprocess_step(ctx: Context, step: Step) -> str:
     note = ""
     try:
-        result = _run_inprocess(ctx, "inprocess.json", 240, block=False)
+        result = _run_inprocess(ctx, "inprocess.json", 150, block=False)
     except (RuntimeError, TimeoutError) as exc:
         first = _partial(ctx.out / "inprocess.json")
         if not (first.get("kernels", {}).get("fla", {}).get("importable")):
@@ -233,7 +233,7 @@ def inprocess_step(ctx: Context, step: Step) -> str:
         # fla imported but the forward with it failed: measure with transformers' torch implementations instead.
         (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-with-fla-failed.json")
         note = f"; with fla it failed ({exc}), measured without it"
-        result = _run_inprocess(ctx, "inprocess.json", 240, block=True)
+        result = _run_inprocess(ctx, "inprocess.json", 150, block=True)
     ctx.inprocess = result
     ctx.kernels_bound = any("fla" in str(value) for value in (result.get("bound") or {}).values())
     if ctx.cuda and result.get("probe"):
@@ -288,7 +288,7 @@ def server_step(ctx: Context, step: Step) -> str:
 
 def service_step(ctx: Context, step: Step) -> str:
     timed = [name for name, shape in ctx.fitted.items() if shape["timed"]]
-    budget = ctx.budget(150)
+    budget = ctx.budget(120)
     deadline = time.monotonic() + budget
     results, mismatched = {}, []
     token = ctx.token_file.read_text()
@@ -315,7 +315,7 @@ def acceptance_step(ctx: Context, step: Step) -> str:
     try:
         report = acceptance_kit.run(ctx.python, shim.url, ctx.token_file, server.metrics_url, ctx.options.kit_checks,
                                     ctx.options.kit_n, ctx.out / "acceptance", ctx.out / "acceptance.log",
-                                    ctx.budget(240))
+                                    ctx.budget(150))
     except acceptance_kit.KitFailed as exc:
         step.data["checks"] = acceptance_kit.check_statuses(exc.report)
         raise RuntimeError(f"the kit failed: {step.data['checks']}") from None
@@ -360,7 +360,7 @@ def run(options: Options) -> Report:
     report = Report(options.out, options.mode, options.deadline, [Step(name, title) for name, title, _, _ in STEPS])
     report.facts.update(mode=options.mode, device=options.device, checkpoint=options.checkpoint,
                         out=str(options.out))
-    deadline = Deadline(options.deadline, reserve=20)
+    deadline = Deadline(options.deadline, reserve=25)
     ctx = Context(options, report, deadline)
     options.out.mkdir(parents=True, exist_ok=True)
     options.scratch.mkdir(parents=True, exist_ok=True)
