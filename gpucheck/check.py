@@ -228,16 +228,24 @@ def inprocess_step(ctx: Context, step: Step) -> str:
         result = _run_inprocess(ctx, "inprocess.json", 150, block=False)
     except (RuntimeError, TimeoutError) as exc:
         first = _partial(ctx.out / "inprocess.json")
-        if not (first.get("kernels", {}).get("fla", {}).get("importable")):
+        if not first.get("kernels", {}).get("fla", {}).get("importable") or first.get("kernels_blocked"):
+            step.data = first  # what was measured before the failure
             raise
-        # fla imported but the forward with it failed: measure with transformers' torch implementations instead.
+        # fla imported but the run with it failed: measure with transformers' torch implementations instead.
         (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-with-fla-failed.json")
         note = f"; with fla it failed ({exc}), measured without it"
-        result = _run_inprocess(ctx, "inprocess.json", 150, block=True)
+        try:
+            result = _run_inprocess(ctx, "inprocess.json", 150, block=True)
+        except (RuntimeError, TimeoutError):
+            step.data = _partial(ctx.out / "inprocess.json")
+            raise
     ctx.inprocess = result
     ctx.kernels_bound = any("fla" in str(value) for value in (result.get("bound") or {}).values())
-    if ctx.cuda and result.get("probe"):
-        ctx.cap = choose_cap(result)
+    if ctx.cuda:
+        try:
+            ctx.cap = choose_cap(result)
+        except (KeyError, TypeError):  # a shape or the probe is missing: the server step falls back
+            ctx.cap = None
     step.data = {**result, "cap": ctx.cap}
     return _describe_inprocess(result) + note
 

@@ -12,7 +12,7 @@ class DeadlineReached(Exception):
     """The overall deadline passed: stop, tear down, write the report."""
 
 
-class StepTimeout(Exception):
+class StepTimeout(TimeoutError):
     """A step's subprocess ran past its budget and was killed."""
 
 
