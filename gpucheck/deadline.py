@@ -38,12 +38,17 @@ class Deadline:
         return min(limit, left)
 
     def arm(self) -> None:
-        """The hard stop: SIGALRM raises DeadlineReached wherever the check is, when only the reserve is left."""
+        """The hard stop: SIGALRM raises DeadlineReached wherever the check is, when only the reserve is left; so
+        does SIGTERM, so that a check stopped from outside still tears down and writes its report."""
 
         def fire(signum, frame):
             raise DeadlineReached(f"the overall deadline of {self.seconds:.0f} s is reached")
 
+        def terminated(signum, frame):
+            raise DeadlineReached("the check was terminated (SIGTERM)")
+
         signal.signal(signal.SIGALRM, fire)
+        signal.signal(signal.SIGTERM, terminated)
         signal.setitimer(signal.ITIMER_REAL, max(1.0, self.seconds - self.reserve - self.elapsed()))
 
     @staticmethod
