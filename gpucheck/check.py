@@ -113,11 +113,11 @@ def environment(ctx: Context, step: Step) -> str:
     facts = json.loads(path.read_text())
     facts["nvidia_smi"] = nvidia_smi(ctx.out / "nvidia-smi.txt", "at start")
     step.data = facts
-    gpu = facts.get("gpu") or {}
+    gpu = facts.get("gpu")
+    card = f"{gpu['name']} ({gpu['capability']}, {gpu['memory_gib']} GiB)" if gpu else "none"
     kernels = facts.get("kernels", {})
     detail = (f"Python {facts['python']}, torch {facts.get('torch')} (CUDA {facts.get('torch_cuda')}), "
-              f"transformers {facts.get('transformers')}, numpy {facts.get('numpy')}; "
-              f"GPU: {gpu.get('name', 'none')} {gpu.get('capability', '')} {gpu.get('memory_gib', '')}; "
+              f"transformers {facts.get('transformers')}, numpy {facts.get('numpy')}; GPU: {card}; "
               + "; ".join(f"{name} {'imports, ' + str(entry['version']) if entry['importable'] else 'does not import'}"
                           for name, entry in kernels.items()))
     if ctx.cuda and not facts.get("cuda_available"):
