@@ -35,7 +35,8 @@ def site_packages(python: Path | str, log: Path, timeout: float) -> str:
 
 def base_site_dirs(python: str, log: Path, timeout: float) -> list:
     code = ("import json, site, sysconfig; p = sysconfig.get_paths(); "
-            "print(json.dumps(list(dict.fromkeys(site.getsitepackages() + [p['purelib'], p['platlib']]))))")
+            "user = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []; "
+            "print(json.dumps(list(dict.fromkeys(site.getsitepackages() + [p['purelib'], p['platlib']] + user))))")
     return json.loads(run_logged([python, "-c", code], log, timeout))
 
 
