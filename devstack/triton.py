@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +31,11 @@ def bundled_server_root() -> Path:
     return root
 
 
-def install_stub() -> Path:
-    """Copy the python backend stub for this interpreter's version next to libtriton_python.so."""
-    root = bundled_server_root()
-    version = "%d.%d" % sys.version_info[:2]
+def install_stub(root: Path | None = None, version: str | None = None) -> Path:
+    """Copy the python backend stub for a Python version (default: this interpreter's) next to libtriton_python.so
+    of a server tree (default: the one in this environment's nvidia-pytriton)."""
+    root = root or bundled_server_root()
+    version = version or "%d.%d" % sys.version_info[:2]
     source = root / "python_backend_stubs" / version / "triton_python_backend_stub"
     target = root / "backends" / "python" / "triton_python_backend_stub"
     if not source.is_file():
@@ -55,13 +56,16 @@ class Ports:
         return cls(free_port(), free_port(), free_port())
 
 
-def server_command(ports: Ports, model_repository: Path = MODEL_REPOSITORY, config_name: str = "cpu") -> list[str]:
-    root = bundled_server_root()
+def server_command(ports: Ports, model_repository: Path = MODEL_REPOSITORY, config_name: str | None = "cpu",
+                   root: Path | None = None) -> list[str]:
+    """config_name None: the model's own config.pbtxt (production); else configs/<config_name>.pbtxt."""
+    root = root or bundled_server_root()
+    config = [f"--model-config-name={config_name}"] if config_name else []
     return [
         str(root / "bin" / "tritonserver"),
         f"--model-repository={model_repository}",
         f"--backend-directory={root / 'backends'}",
-        f"--model-config-name={config_name}",
+        *config,
         "--http-address=127.0.0.1", f"--http-port={ports.http}",
         "--grpc-address=127.0.0.1", f"--grpc-port={ports.grpc}",
         "--metrics-address=127.0.0.1", f"--metrics-port={ports.metrics}",
@@ -71,11 +75,29 @@ def server_command(ports: Ports, model_repository: Path = MODEL_REPOSITORY, conf
     ]
 
 
-def server_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+_LIBDIR_PROBE = """
+import glob, os, sys, sysconfig
+name = "libpython%d.%d.so*" % sys.version_info[:2]
+candidates = [sysconfig.get_config_var("LIBDIR") or "", os.path.join(sys.base_prefix, "lib")]
+print(next((d for d in candidates if d and glob.glob(os.path.join(d, name))), candidates[0]))
+"""
+
+
+def interpreter_libdir(python: str | None = None) -> str:
+    """Where an interpreter's libpython lives: its LIBDIR, or <base prefix>/lib when LIBDIR names a build-time
+    folder that holds no libpython (relocated builds)."""
+    done = subprocess.run([python or sys.executable, "-c", _LIBDIR_PROBE], check=True, capture_output=True,
+                          text=True, timeout=60)
+    return done.stdout.strip()
+
+
+def server_environment(extra: dict[str, str] | None = None, python: str | None = None) -> dict[str, str]:
+    """The server's environment for the stub to run ``python``'s environment (default: this interpreter's)."""
+    python = python or sys.executable
     env = dict(os.environ)
-    venv_bin = str(Path(sys.executable).parent)
+    venv_bin = str(Path(python).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    libdir = interpreter_libdir(python)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
     env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     env.update(extra or {})
@@ -83,13 +105,17 @@ def server_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class TritonServer(ManagedProcess):
-    """tritonserver with the model repository on the CPU config, ready when /v2/health/ready answers."""
+    """tritonserver with the model repository on the CPU config (or another), ready when /v2/health/ready answers.
+
+    root and python default to this environment's nvidia-pytriton and interpreter.
+    """
 
     def __init__(self, env: dict[str, str], log_path: Path, ports: Ports | None = None,
-                 model_repository: Path = MODEL_REPOSITORY, config_name: str = "cpu"):
+                 model_repository: Path = MODEL_REPOSITORY, config_name: str | None = "cpu",
+                 root: Path | None = None, python: str | None = None):
         self.ports = ports or Ports.free()
-        super().__init__("tritonserver", server_command(self.ports, model_repository, config_name),
-                         server_environment(env), log_path, f"http://{self.http_url}/v2/health/ready")
+        super().__init__("tritonserver", server_command(self.ports, model_repository, config_name, root),
+                         server_environment(env, python), log_path, f"http://{self.http_url}/v2/health/ready")
 
     @property
     def http_url(self) -> str:

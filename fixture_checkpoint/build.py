@@ -202,7 +202,9 @@ def _write_json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
 
 
-def _train_tokenizer():
+def _train_tokenizer(bpe_vocab: int = BPE_VOCAB, texts=TRAINING_TEXT, exact: bool = True):
+    """The byte-level BPE plus the added tokens. ``exact``: the BPE must reach ``bpe_vocab`` (the tiny fixture's);
+    otherwise training may stop earlier, when the texts hold no pair left to merge."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
@@ -215,15 +217,15 @@ def _train_tokenizer():
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB,
+        vocab_size=bpe_vocab,
         min_frequency=1,
         show_progress=False,
         special_tokens=[],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(list(TRAINING_TEXT) * 3, trainer=trainer)
-    if tok.get_vocab_size() != BPE_VOCAB:
-        raise RuntimeError("BPE training produced %d tokens, expected %d" % (tok.get_vocab_size(), BPE_VOCAB))
+    tok.train_from_iterator(list(texts) * 3, trainer=trainer)
+    if exact and tok.get_vocab_size() != bpe_vocab:
+        raise RuntimeError("BPE training produced %d tokens, expected %d" % (tok.get_vocab_size(), bpe_vocab))
     for content, special in ADDED_TOKENS:
         token = AddedToken(content, special=special, normalized=False, single_word=False, lstrip=False, rstrip=False)
         if special:
@@ -233,12 +235,14 @@ def _train_tokenizer():
     return tok
 
 
-def _write_tokenizer(snap: Path) -> dict:
+def write_tokenizer(snap: Path, model_vocab: int = MODEL_VOCAB, bpe_vocab: int = BPE_VOCAB,
+                    texts=TRAINING_TEXT, exact: bool = True) -> dict:
+    """Train and save the tokenizer (with the chat template); return the added tokens' ids."""
     from transformers import PreTrainedTokenizerFast
 
-    raw = _train_tokenizer()
+    raw = _train_tokenizer(bpe_vocab, texts, exact)
     ids = {content: raw.token_to_id(content) for content, _ in ADDED_TOKENS}
-    if max(ids.values()) >= MODEL_VOCAB:
+    if max(ids.values()) >= model_vocab:
         raise RuntimeError("added token ids exceed the model vocabulary")
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=raw,
@@ -262,9 +266,29 @@ def _write_tokenizer(snap: Path) -> dict:
     return ids
 
 
+def special_token_ids(ids: dict) -> dict:
+    """The Qwen3_5Config arguments that name the tokenizer's vision tokens."""
+    return dict(
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+
+
+def write_generation_config(snap: Path, ids: dict) -> None:
+    from transformers import GenerationConfig
+
+    GenerationConfig(
+        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
+        pad_token_id=ids["<|endoftext|>"],
+        do_sample=False,
+    ).save_pretrained(str(snap))
+
+
 def _write_model(snap: Path, ids: dict) -> None:
     import torch
-    from transformers import GenerationConfig, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     text_config = dict(
         vocab_size=MODEL_VOCAB,
@@ -313,25 +337,18 @@ def _write_model(snap: Path, ids: dict) -> None:
     config = Qwen3_5Config(
         text_config=text_config,
         vision_config=vision_config,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
+        **special_token_ids(ids),
     )
     config.architectures = ["Qwen3_5ForConditionalGeneration"]
 
     torch.manual_seed(SEED)
     model = Qwen3_5ForConditionalGeneration(config).eval().to(torch.bfloat16)
     model.save_pretrained(str(snap), safe_serialization=True)
-    GenerationConfig(
-        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
-        pad_token_id=ids["<|endoftext|>"],
-        do_sample=False,
-    ).save_pretrained(str(snap))
+    write_generation_config(snap, ids)
 
 
-def _write_processor_configs(snap: Path) -> None:
+def write_processor_configs(snap: Path) -> None:
     common = dict(
         patch_size=PATCH_SIZE,
         temporal_patch_size=TEMPORAL_PATCH_SIZE,
@@ -407,20 +424,32 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def build(root: Path) -> dict:
-    """Build (or reuse) the fixture snapshot under ``root``; return {"checkpoint", "revision", "inference_sha256"}."""
-    root = Path(root).resolve()
-    repo_dir = root / ("models--" + REPO_ID.replace("/", "--"))
+def repo_dir_of(root: Path) -> Path:
+    return Path(root).resolve() / ("models--" + REPO_ID.replace("/", "--"))
+
+
+def copy_inference(snap: Path) -> None:
+    shutil.copyfile(INFERENCE_SOURCE, snap / "inference.py")
+
+
+def _write_fixture_content(snap: Path) -> None:
+    ids = write_tokenizer(snap)
+    _write_model(snap, ids)
+    write_processor_configs(snap)
+    copy_inference(snap)
+
+
+def build_snapshot(root: Path, write_content) -> dict:
+    """Stage a snapshot with ``write_content(folder)``, then publish it under its content revision (reusing an
+    identical copy already there); return {"checkpoint", "revision", "inference_sha256"}."""
+    repo_dir = repo_dir_of(root)
     snapshots = repo_dir / "snapshots"
     snapshots.mkdir(parents=True, exist_ok=True)
     (repo_dir / "refs").mkdir(exist_ok=True)
 
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=str(repo_dir)))
     try:
-        ids = _write_tokenizer(tmp)
-        _write_model(tmp, ids)
-        _write_processor_configs(tmp)
-        shutil.copyfile(INFERENCE_SOURCE, tmp / "inference.py")
+        write_content(tmp)
         for path in tmp.iterdir():
             if not path.is_file():
                 raise RuntimeError("unexpected entry in the snapshot: %s" % path.name)
@@ -455,6 +484,11 @@ def build(root: Path) -> dict:
         "revision": revision,
         "inference_sha256": hashlib.sha256((snap / "inference.py").read_bytes()).hexdigest(),
     }
+
+
+def build(root: Path) -> dict:
+    """Build (or reuse) the fixture snapshot under ``root``; return {"checkpoint", "revision", "inference_sha256"}."""
+    return build_snapshot(root, _write_fixture_content)
 
 
 def main(argv=None) -> int:

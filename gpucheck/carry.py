@@ -1,0 +1,65 @@
+"""What is carried to the GPU machine besides the repository: one folder, by default .carry/ (git-ignored).
+
+    .carry/wheels/            the service's Python packages for CPython 3.12, manylinux x86_64, with their
+                              dependencies (torch and transformers are on the machine already)
+    .carry/kernel-wheels/     flash-linear-attention and fla-core (pure Python; optional)
+    .carry/tritonserver.tar.xz  the server from the nvidia-pytriton wheel, trimmed to what it runs with
+    .carry/manifest.json      sizes, and what was found about the server's GPU support
+
+gpucheck.collect writes it; gpucheck's install step reads it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DIR = REPO_ROOT / ".carry"
+WHEELS = "wheels"
+KERNEL_WHEELS = "kernel-wheels"
+SERVER_TARBALL = "tritonserver.tar.xz"
+MANIFEST = "manifest.json"
+
+LIMIT_BYTES = 64 * 1024 ** 2  # the carry and the repository together
+PYTHON_VERSION = "3.12"
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+# The shim's packages (pyproject's "shim" extra) and numpy<2, which the python backend stub of Triton 24.10 needs in
+# the interpreter it runs (with numpy 2 it dies on the first string tensor while readiness stays green).
+SERVICE_REQUIREMENTS = (
+    "tritonclient[http]==2.73.0",
+    "starlette>=0.40",
+    "uvicorn>=0.30",
+    "uvloop>=0.19",
+    "httptools>=0.6",
+    "prometheus-client>=0.20",
+    "numpy<2",
+)
+KERNEL_REQUIREMENTS = ("flash-linear-attention==0.5.2", "fla-core==0.5.2", "einops")
+SERVER_WHEEL = "nvidia-pytriton==0.7.0"
+
+# After installing: what the shim and the model side import, and the numpy bound.
+IMPORT_CHECK = (
+    "import json, numpy, starlette, uvicorn, httptools, uvloop, prometheus_client, aiohttp, "
+    "tritonclient.http.aio, tritonclient.utils, torch, transformers; "
+    "assert int(numpy.__version__.split('.')[0]) < 2, 'numpy ' + numpy.__version__; "
+    "print(json.dumps({m.__name__: getattr(m, '__version__', '?') for m in "
+    "(numpy, starlette, uvicorn, torch, transformers)}))"
+)
+
+SERVER_PREFIX = "pytriton/tritonserver/"
+LIBS_PREFIX = "nvidia_pytriton.libs/"
+
+
+def server_member_wanted(name: str, python_version: str = PYTHON_VERSION) -> bool:
+    """Whether a file of the nvidia-pytriton wheel belongs in the trimmed server: the binary, the python backend, the
+    local cache, the stub for the Python version and the vendored libraries, except the bundled libpython 3.13 (only
+    the 3.13 stub uses it)."""
+    if name.endswith("/") or "__pycache__" in name:
+        return False
+    if name.startswith(LIBS_PREFIX):
+        return not name[len(LIBS_PREFIX):].startswith("libpython")
+    if not name.startswith(SERVER_PREFIX):
+        return False
+    rest = name[len(SERVER_PREFIX):]
+    return (rest.startswith(("bin/", "backends/python/", "caches/"))
+            or rest.startswith(f"python_backend_stubs/{python_version}/"))

@@ -1,0 +1,147 @@
+"""python -m gpucheck.collect [--dest .carry]
+
+Collects what the GPU check installs on a machine with no network (see gpucheck.carry for the layout), on a
+machine that reaches the package index:
+
+1. the service's wheels for CPython 3.12 manylinux x86_64 with their dependencies (pip download), and the
+   flash-linear-attention wheels without theirs;
+2. the nvidia-pytriton wheel, trimmed to the server binary, the python backend with the 3.12 stub, the local cache
+   and the vendored libraries they load, repacked as tar.xz with the wheel's relative layout (the binaries find
+   their libraries through $ORIGIN-relative rpaths);
+3. manifest.json: every file's size, the total with the repository (which must stay within 64 MiB), and what the
+   server's binaries show about GPU support.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import lzma
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from gpucheck import carry
+
+# Markers of a build with GPU support, looked for in the server's binaries.
+GPU_MARKERS = {
+    "links_cudart": b"libcudart",
+    "links_dcgm": b"libdcgm",
+    "counts_devices": b"cudaGetDeviceCount",
+    "handles_kind_gpu": b"has kind KIND_GPU but no GPUs are available",
+    "cuda_ipc_outputs": b"will use CUDA IPC for GPU output transfer",
+}
+
+
+def pip_download(dest: Path, requirements: tuple, with_deps: bool, python_version: str) -> None:
+    command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-cache-dir",
+               "--dest", str(dest), "--only-binary=:all:", "--python-version", python_version,
+               "--implementation", "cp", "--abi", "cp" + python_version.replace(".", "")]
+    for platform in carry.PLATFORMS:
+        command += ["--platform", platform]
+    if not with_deps:
+        command.append("--no-deps")
+    subprocess.run(command + list(requirements), check=True)
+
+
+def download_server_wheel(dest: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-cache-dir",
+                    "--no-deps", "--dest", str(dest), carry.SERVER_WHEEL], check=True)
+    return next(dest.glob("nvidia_pytriton-*.whl"))
+
+
+def trim_server(wheel: Path, tarball: Path, python_version: str) -> dict:
+    """Repack the wanted members of the wheel; returns their count, unpacked size and the GPU markers found."""
+    found = {name: [] for name in GPU_MARKERS}
+    count, unpacked = 0, 0
+    with zipfile.ZipFile(wheel) as archive, \
+            tarfile.open(tarball, "w:xz", preset=9 | lzma.PRESET_EXTREME) as out:
+        for info in sorted(archive.infolist(), key=lambda item: item.filename):
+            if not carry.server_member_wanted(info.filename, python_version):
+                continue
+            data = archive.read(info)
+            member = tarfile.TarInfo(info.filename)
+            member.size = len(data)
+            member.mode = (info.external_attr >> 16) & 0o777 or 0o644
+            member.mtime = 0  # reproducible bytes
+            out.addfile(member, io.BytesIO(data))
+            count += 1
+            unpacked += len(data)
+            for marker, needle in GPU_MARKERS.items():
+                if needle in data:
+                    found[marker].append(info.filename.rsplit("/", 1)[-1])
+    return {"files": count, "unpacked_bytes": unpacked, "gpu_support_markers": found}
+
+
+def repository_bytes() -> int:
+    """The working tree as it travels: tracked files and untracked ones git does not ignore."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=carry.REPO_ROOT, check=True, capture_output=True).stdout
+    total = 0
+    for name in filter(None, listed.decode().split("\0")):
+        path = carry.REPO_ROOT / name
+        if path.is_file() and not path.is_symlink():
+            total += path.stat().st_size
+    return total
+
+
+def sizes(folder: Path) -> dict:
+    return {str(path.relative_to(folder)): path.stat().st_size
+            for path in sorted(folder.rglob("*")) if path.is_file() and path.name != carry.MANIFEST}
+
+
+def collect(dest: Path, python_version: str = carry.PYTHON_VERSION) -> dict:
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / carry.WHEELS).mkdir(parents=True)
+    pip_download(dest / carry.WHEELS, carry.SERVICE_REQUIREMENTS, True, python_version)
+    pip_download(dest / carry.KERNEL_WHEELS, carry.KERNEL_REQUIREMENTS, False, python_version)
+    with tempfile.TemporaryDirectory() as scratch:
+        wheel = download_server_wheel(Path(scratch))
+        server = trim_server(wheel, dest / carry.SERVER_TARBALL, python_version)
+        server["wheel"] = wheel.name
+        server["wheel_bytes"] = wheel.stat().st_size
+    files = sizes(dest)
+    carried = sum(files.values())
+    repository = repository_bytes()
+    manifest = {
+        "python": python_version,
+        "platforms": list(carry.PLATFORMS),
+        "service_requirements": list(carry.SERVICE_REQUIREMENTS),
+        "kernel_requirements": list(carry.KERNEL_REQUIREMENTS),
+        "server": server,
+        "files": files,
+        "carry_bytes": carried,
+        "repository_bytes": repository,
+        "total_bytes": carried + repository,
+        "limit_bytes": carry.LIMIT_BYTES,
+    }
+    (dest / carry.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpucheck.collect")
+    parser.add_argument("--dest", type=Path, default=carry.DEFAULT_DIR)
+    parser.add_argument("--python-version", default=carry.PYTHON_VERSION,
+                        help="the GPU machine's Python (another one only to rehearse the install elsewhere)")
+    args = parser.parse_args(argv)
+    manifest = collect(args.dest, args.python_version)
+    mib = 1024 ** 2
+    for name, size in manifest["files"].items():
+        print(f"{size / mib:8.2f} MiB  {name}")
+    print(f"{manifest['carry_bytes'] / mib:8.2f} MiB  carried ({args.dest})")
+    print(f"{manifest['repository_bytes'] / mib:8.2f} MiB  repository")
+    print(f"{manifest['total_bytes'] / mib:8.2f} MiB  together (limit {carry.LIMIT_BYTES / mib:.0f} MiB)")
+    if manifest["total_bytes"] > carry.LIMIT_BYTES:
+        print("over the limit: the carry does not fit", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

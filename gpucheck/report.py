@@ -1,0 +1,82 @@
+"""The check's own report: one entry per step, rewritten after every step so that a crash leaves what was done."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PASS, FAIL, SKIPPED, NOT_RUN = "pass", "fail", "skipped", "not_run"
+STATUSES = (PASS, FAIL, SKIPPED, NOT_RUN)
+
+# The reference to beat: Intern-Decision-4B's own latency table, and a peer's H200 figure.
+REFERENCE = {
+    "anchor": "289-token state, 3 questions",
+    "rtx4090_mean_ms": 44.16,
+    "rtx4090_note": "mean on an RTX 4090, BF16, SDPA, native HF, with flash-linear-attention (p50 44.03, p95 44.60)",
+    "h200_cuda_graphs_ms": 26.0,
+    "h200_note": "a peer 4B decision model on an H200 with CUDA graphs (90.3 ms without them)",
+}
+
+
+@dataclass
+class Step:
+    name: str
+    title: str
+    status: str = NOT_RUN
+    seconds: float | None = None
+    detail: str = ""
+    data: dict = field(default_factory=dict)
+
+
+class Report:
+    def __init__(self, out: Path, mode: str, deadline_seconds: float, steps: list):
+        self.out = out
+        self.mode = mode
+        self.deadline_seconds = deadline_seconds
+        self.started = time.time()
+        self.finished: float | None = None
+        self.steps = {step.name: step for step in steps}
+        self.facts: dict = {}
+
+    def step(self, name: str) -> Step:
+        return self.steps[name]
+
+    def passed(self, name: str) -> bool:
+        return self.steps[name].status == PASS
+
+    @property
+    def result(self) -> str:
+        """pass when every step passed or was skipped on purpose; a step not run counts against it."""
+        return PASS if all(step.status in (PASS, SKIPPED) for step in self.steps.values()) else FAIL
+
+    def as_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "result": self.result,
+            "started": _iso(self.started),
+            "finished": _iso(self.finished) if self.finished else None,
+            "wall_seconds": round((self.finished or time.time()) - self.started, 1),
+            "deadline_seconds": self.deadline_seconds,
+            "facts": self.facts,
+            "reference": REFERENCE,
+            "steps": [asdict(step) for step in self.steps.values()],
+        }
+
+    def write(self) -> None:
+        from gpucheck.summary import render_markdown
+
+        data = self.as_dict()
+        self.out.mkdir(parents=True, exist_ok=True)
+        _write(self.out / "report.json", json.dumps(data, indent=2, default=str) + "\n")
+        _write(self.out / "report.md", render_markdown(data))
+
+
+def _iso(stamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

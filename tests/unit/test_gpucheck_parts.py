@@ -1,0 +1,144 @@
+"""The GPU check's parts that need no server: the VRAM cap, the variant config, the carry selection, the kit's
+report, the summary, step results, the deadline and the subprocess runner."""
+import io
+import json
+import sys
+import tarfile
+import time
+
+import pytest
+
+from gpucheck import acceptance_kit, cap, carry, stack, stats, summary
+from gpucheck.deadline import Deadline, DeadlineReached, StepTimeout, run_logged
+from gpucheck.install import unpack_server
+from gpucheck.report import FAIL, NOT_RUN, PASS, SKIPPED, Report, Step
+
+GIB = 1024 ** 3
+PRODUCTION_CONFIG = (carry.REPO_ROOT / "model_repository" / "intern_decision" / "config.pbtxt").read_text()
+
+
+def inprocess(anchor, long16, probe, vision=0.62):
+    peak = lambda gib: {"peak": {"reserved": int(gib * GIB), "allocated": int(gib * GIB)}}  # noqa: E731
+    return {"memory": {"vision_bytes": int(vision * GIB)}, "shapes": {"anchor": peak(anchor), "long16": peak(long16)},
+            "probe": peak(probe)}
+
+
+def test_cap_sits_between_the_served_shapes_and_the_largest_call():
+    chosen = cap.choose_cap(inprocess(anchor=8.6, long16=9.4, probe=11.6))
+    assert chosen["separable"]
+    lower = max(8.6, 9.4 - 0.62) + 0.25
+    assert lower < chosen["cap_gib"] < 11.6 - 0.62
+    assert chosen["cap_gib"] == pytest.approx((lower + 11.6 - 0.62) / 2, abs=0.01)
+
+
+def test_cap_says_so_when_no_value_separates_them():
+    chosen = cap.choose_cap(inprocess(anchor=8.6, long16=9.0, probe=9.2))
+    assert not chosen["separable"]
+    assert chosen["cap_gib"] == chosen["lower_gib"] >= 8.6 + 0.25
+    assert cap.fallback_cap(int(9.08e9))["cap_gib"] == pytest.approx(9.08e9 / GIB + 1.5, abs=0.01)
+
+
+def test_the_variant_config_is_production_with_a_model_placed_instance():
+    variant = stack.variant_config(PRODUCTION_CONFIG)
+    assert "kind: KIND_MODEL" in variant and "KIND_GPU" not in variant.split("\n", 2)[2]
+    assert "gpus:" not in variant
+    strip = lambda text: [line for line in text.splitlines() if "kind:" not in line and "gpus:" not in line  # noqa
+                          and not line.startswith("#")]
+    assert strip(variant) == strip(PRODUCTION_CONFIG)
+    with pytest.raises(ValueError):
+        stack.variant_config(PRODUCTION_CONFIG.replace("KIND_GPU", "KIND_CPU"))
+
+
+def test_the_trimmed_server_keeps_what_runs_and_the_312_stub_only():
+    wanted = carry.server_member_wanted
+    assert wanted("pytriton/tritonserver/bin/tritonserver")
+    assert wanted("pytriton/tritonserver/backends/python/libtriton_python.so")
+    assert wanted("pytriton/tritonserver/backends/python/triton_python_backend_utils.py")
+    assert wanted("pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub")
+    assert wanted("nvidia_pytriton.libs/libtritonserver-717102f0.so")
+    assert not wanted("pytriton/tritonserver/python_backend_stubs/3.11/triton_python_backend_stub")
+    assert not wanted("nvidia_pytriton.libs/libpython3-419a3a08.13.so.1.0")
+    assert not wanted("nvidia_pytriton.libs/")
+    assert not wanted("pytriton/proxy/model.py")
+
+
+def test_unpacking_refuses_paths_outside_the_folder(tmp_path):
+    tarball = tmp_path / "evil.tar.xz"
+    with tarfile.open(tarball, "w:xz") as archive:
+        member = tarfile.TarInfo("../outside")
+        member.size = 1
+        archive.addfile(member, io.BytesIO(b"x"))
+    with pytest.raises(RuntimeError, match="refusing"):
+        unpack_server(tarball, tmp_path / "server")
+    assert not (tmp_path / "outside").exists()
+
+
+def test_kit_statuses_are_read_from_a_mapping_or_a_list():
+    assert acceptance_kit.check_statuses({"checks": {"4": {"status": "pass"}, "6": {"status": "fail"}}}) == {
+        "4": "pass", "6": "fail"}
+    assert acceptance_kit.check_statuses({"checks": [{"check": 5, "status": "not_run"}]}) == {"5": "not_run"}
+    command = acceptance_kit.command("py", "http://s", carry.REPO_ROOT / "t", "http://m/metrics", "4,7", 3,
+                                     carry.REPO_ROOT / "o")
+    assert command[1:3] == ["-m", "acceptance"]
+    assert command[3:] == ["--url", "http://s", "--token-file", str(carry.REPO_ROOT / "t"), "--metrics-url",
+                           "http://m/metrics", "--checks", "4,7", "--n", "3", "--out", str(carry.REPO_ROOT / "o")]
+
+
+def test_latency_rows_put_service_and_inprocess_side_by_side():
+    steps = {
+        "shapes": {"data": {"shapes": {"anchor": {"title": "anchor", "tokens": [289], "timed": True},
+                                       "probe": {"title": "probe", "tokens": [7900], "timed": False}}}},
+        "inprocess": {"data": {"shapes": {"anchor": {"predict": {"p50": 40.0, "mean": 41.0}}}}},
+        "service": {"data": {"shapes": {"anchor": {"client": {"p50": 43.5, "mean": 45.0, "p95": 50.0}}}}},
+    }
+    [row] = summary.latency_rows(steps)
+    assert row["shape"] == "anchor" and row["added_p50_ms"] == 3.5 and row["added_mean_ms"] == 4.0
+    assert row["inprocess_torch_p50_ms"] is None
+
+
+def test_report_passes_only_when_every_step_passed_or_was_skipped(tmp_path):
+    report = Report(tmp_path, "cpu", 60, [Step("a", "A", PASS), Step("b", "B", SKIPPED)])
+    assert report.result == PASS
+    report.step("b").status = NOT_RUN
+    assert report.result == FAIL
+    report.write()
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["result"] == FAIL and [s["name"] for s in written["steps"]] == ["a", "b"]
+    assert "| b | not_run |" in (tmp_path / "report.md").read_text()
+
+
+def test_stats_percentiles():
+    assert stats.percentile([1, 2, 3, 4], 50) == 2.5
+    assert stats.summary([10.0, 20.0, 30.0]) == {"count": 3, "mean": 20.0, "p50": 20.0, "p95": 29.0,
+                                                 "min": 10.0, "max": 30.0}
+    assert stats.summary([]) == {"count": 0}
+
+
+def test_a_step_past_its_budget_is_killed_with_its_children(tmp_path):
+    marker = tmp_path / "child-alive"
+    child = tmp_path / "child.py"
+    child.write_text(f"import time\ntime.sleep(3)\nopen({str(marker)!r}, 'w').close()\n")
+    parent = tmp_path / "parent.py"
+    parent.write_text(f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, {str(child)!r}])\n"
+                      "time.sleep(30)\n")
+    started = time.monotonic()
+    with pytest.raises(StepTimeout):
+        run_logged([sys.executable, parent], tmp_path / "log", timeout=1)
+    assert time.monotonic() - started < 10
+    time.sleep(3.5)
+    assert not marker.exists()  # the whole process group went
+
+
+def test_a_failing_command_raises_with_its_log(tmp_path):
+    assert run_logged([sys.executable, "-c", "print('out')"], tmp_path / "ok.log", timeout=30) == "out\n"
+    with pytest.raises(RuntimeError, match="exited with 3.*boom"):
+        run_logged([sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"],
+                   tmp_path / "bad.log", timeout=30)
+
+
+def test_the_deadline_cuts_budgets_and_stops():
+    deadline = Deadline(seconds=100, reserve=20)
+    assert deadline.budget(30) == 30
+    assert 79 < deadline.budget(1000) <= 80
+    with pytest.raises(DeadlineReached):
+        Deadline(seconds=10, reserve=10).budget(5)
