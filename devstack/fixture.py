@@ -20,11 +20,13 @@ class FixturePins:
     inference_sha256: str
 
     def env(self) -> dict[str, str]:
-        """The model-side settings that point the service at this checkpoint instead of the real pins."""
+        """The model-side settings that point the service at this checkpoint instead of the real pins, with the
+        opt-in that overriding them needs (the model then reports pinned=false)."""
         return {
             "INTERN_DECISION_CHECKPOINT": str(self.checkpoint),
             "INTERN_DECISION_REVISION": self.revision,
             "INTERN_DECISION_INFERENCE_SHA256": self.inference_sha256,
+            "INTERN_DECISION_ALLOW_UNPINNED": "1",
         }
 
 

@@ -27,6 +27,7 @@ class ModelFacts:
     causal_conv1d_version: str  # "" when causal-conv1d does not import
     linear_attention: str  # the kernels the model's linear-attention layers run: fast | reference | mixed | unknown | none
     slow_kernels_allowed: bool
+    pinned: bool  # false when the revision, inference.py hash or dtype was overridden (ALLOW_UNPINNED=1)
 
     def to_labels(self) -> dict[str, str]:
         return {field.name: _label(getattr(self, field.name)) for field in dataclasses.fields(self)}

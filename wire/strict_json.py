@@ -1,4 +1,5 @@
-"""Strict JSON: what either side receives must be UTF-8, finite, and free of lone surrogates; what it sends too."""
+"""Strict JSON: what either side receives must be UTF-8, finite, free of lone surrogates and of repeated keys, and
+nested at most MAX_DEPTH arrays and objects deep; what it sends must be finite too."""
 from __future__ import annotations
 
 import json
@@ -6,12 +7,42 @@ import math
 import re
 from typing import Any
 
+# Far below what json, copy.deepcopy, the chat template or the model's own code can take, far above any real state.
+MAX_DEPTH = 64
+
 
 class NotStrictJson(ValueError):
     """The text is not strict JSON; the message names `what` was read."""
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# Only the bytes that decide nesting: brackets, and quotes to tell strings apart; both kinds of bracket made one.
+_NESTING_BYTES = bytes.maketrans(b"{}", b"[]")
+_NOT_NESTING = bytes(byte for byte in range(256) if byte not in b'[]{}"')
+
+
+def _balanced_pattern(depth: int) -> re.Pattern:
+    """Matches exactly the balanced bracket strings at most `depth` deep; possessive, so a miss never backtracks."""
+    pattern = b""
+    for _ in range(depth):
+        pattern = rb"(?:\[" + pattern + rb"\])*+"
+    return re.compile(pattern)
+
+
+_WITHIN_MAX_DEPTH = _balanced_pattern(MAX_DEPTH)
+
+
+def nested_too_deeply(raw: bytes) -> bool:
+    """Whether valid JSON text nests more than MAX_DEPTH arrays and objects, read from its bytes in C.
+
+    Escaped backslashes and quotes go first (left to right, as JSON pairs them), so every quote left opens or closes
+    a string; the strings' contents go next, then everything but the brackets.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(unescaped.translate(_NESTING_BYTES, _NOT_NESTING).split(b'"')[::2])
+    return _WITHIN_MAX_DEPTH.fullmatch(brackets) is None
 
 
 def loads(raw: bytes, what: str) -> Any:
@@ -26,20 +57,34 @@ def loads(raw: bytes, what: str) -> Any:
             raise NotStrictJson(f"{what} is not finite JSON: {text} does not fit a finite number")
         return value
 
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+        value = dict(pairs)
+        if len(value) != len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    raise NotStrictJson(f"{what} is not usable JSON: the key {key!r} appears twice in one object")
+                seen.add(key)
+        return value
+
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NotStrictJson(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
     try:
-        value = json.loads(text, parse_constant=refuse_constant, parse_float=finite_float)
+        value = json.loads(text, parse_constant=refuse_constant, parse_float=finite_float,
+                           object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise NotStrictJson(f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
-        raise NotStrictJson(f"{what} is nested too deeply") from None
+        raise NotStrictJson(f"{what} is nested too deeply: more than {MAX_DEPTH} levels of arrays and "
+                            f"objects") from None
     except NotStrictJson:
         raise
     except ValueError as exc:  # e.g. an integer beyond Python's digit limit
         raise NotStrictJson(f"{what} is not usable JSON: {exc}") from None
+    if nested_too_deeply(raw):
+        raise NotStrictJson(f"{what} is nested too deeply: more than {MAX_DEPTH} levels of arrays and objects")
     if _SURROGATE_ESCAPE.search(raw):  # escaped surrogates must pair up into real characters
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")

@@ -15,7 +15,8 @@ FACTS = {"name": "Fake-Decision", "repo": "internlm/Intern-Decision-4B", "revisi
          "inference_sha256": "e" * 64, "prompt_version": "inference.py@sha256:eeeeeeeeeeeeeeee",
          "dtype": "bfloat16", "device": "cuda:0", "vram_cap_gib": 35.0, "max_tokens": 8192,
          "vision_tower": "removed", "fla_version": "0.5.2", "causal_conv1d_version": "1.7.0",
-         "linear_attention": "fast", "slow_kernels_allowed": False}
+         "linear_attention": "fast", "slow_kernels_allowed": False,
+         "pinned": True}
 CALIBRATION = {"method": "temperature-scaling", "temperature": 1.99241824}
 
 

@@ -27,7 +27,7 @@ def torch(monkeypatch):
 
 def settings_for(snapshot, sha256, **env):
     values = {"INTERN_DECISION_CHECKPOINT": str(snapshot), "INTERN_DECISION_REVISION": REVISION,
-              "INTERN_DECISION_INFERENCE_SHA256": sha256}
+              "INTERN_DECISION_INFERENCE_SHA256": sha256, "INTERN_DECISION_ALLOW_UNPINNED": "1"}
     values.update({f"INTERN_DECISION_{key.upper()}": value for key, value in env.items()})
     return Settings.from_env(values)
 
@@ -38,6 +38,7 @@ def test_a_good_checkpoint_starts_and_reports_its_pins(tmp_path, torch):
     assert engine.facts.revision == REVISION and engine.facts.inference_sha256 == sha256
     assert engine.facts.name == "Fake-Decision" and engine.facts.vision_tower == "removed"
     assert engine.facts.device == "cuda:0" and engine.facts.dtype == "float32"
+    assert engine.facts.pinned is False
     assert ("engine constructed", "cuda:0", "float32", 8192) in torch.events
 
 

@@ -8,7 +8,8 @@ from wire.facts import ModelFacts
 
 FACTS = ModelFacts(name="Fake-Decision", repo="internlm/Intern-Decision-4B", revision="f" * 40,
                    inference_sha256="e" * 64, prompt_version="inference.py@sha256:eeeeeeeeeeeeeeee", dtype="bfloat16",
-                   device="cuda:0", vram_cap_gib=None, max_tokens=8192, vision_tower="removed", fla_version="0.5.2", causal_conv1d_version="1.7.0", linear_attention="fast", slow_kernels_allowed=False)
+                   device="cuda:0", vram_cap_gib=None, max_tokens=8192, vision_tower="removed", fla_version="0.5.2", causal_conv1d_version="1.7.0", linear_attention="fast", slow_kernels_allowed=False,
+                   pinned=True)
 
 
 class FakeMetric:

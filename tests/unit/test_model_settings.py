@@ -14,10 +14,11 @@ def test_defaults_are_the_pins_and_the_contract_limits():
     assert (settings.device, settings.dtype, settings.vram_cap_gib) == ("cuda", "bfloat16", None)
     assert (settings.max_tokens, settings.release_slack_mib, settings.keep_vision) == (8192, 512, False)
     assert settings.release_slack_bytes == 512 * 1024 * 1024
+    assert settings.pinned and settings.unpinned == ()
 
 
 def test_the_default_checkpoint_follows_an_explicit_revision():
-    settings = Settings.from_env({"INTERN_DECISION_REVISION": "a" * 40})
+    settings = Settings.from_env({"INTERN_DECISION_REVISION": "a" * 40, "INTERN_DECISION_ALLOW_UNPINNED": "1"})
     assert settings.checkpoint.name == "a" * 40
 
 
@@ -27,6 +28,7 @@ def test_explicit_values_are_taken():
         "INTERN_DECISION_DTYPE": "float32", "INTERN_DECISION_VRAM_CAP_GIB": "35.5",
         "INTERN_DECISION_MAX_TOKENS": "4096", "INTERN_DECISION_RELEASE_SLACK_MIB": "0",
         "INTERN_DECISION_KEEP_VISION": "1", "INTERN_DECISION_INFERENCE_SHA256": "b" * 64,
+        "INTERN_DECISION_ALLOW_UNPINNED": "1",
     })
     assert settings.checkpoint == Path("/data/snap") and settings.device == "cuda:1"
     assert settings.vram_cap_gib == 35.5 and settings.max_tokens == 4096 and settings.release_slack_mib == 0
@@ -40,6 +42,7 @@ def test_explicit_values_are_taken():
     ("MAX_TOKENS", "４"),
     ("RELEASE_SLACK_MIB", "-1"), ("RELEASE_SLACK_MIB", "1.5"),
     ("KEEP_VISION", "yes"), ("KEEP_VISION", "2"), ("KEEP_VISION", "true"),
+    ("ALLOW_UNPINNED", "yes"), ("ALLOW_UNPINNED", "true"),
     ("DEVICE", "gpu"), ("DEVICE", "cuda:"), ("DEVICE", "CPU"), ("DEVICE", "mps"),
     ("DTYPE", "fp16"), ("DTYPE", "int8"),
     ("REVISION", "main"), ("REVISION", "0E5E6AA7D6D750E2B1504BA11A8136CB58AEB3CD"),
@@ -49,6 +52,26 @@ def test_explicit_values_are_taken():
 def test_a_bad_value_is_refused_naming_the_variable(name, value):
     with pytest.raises(ValueError, match=f"INTERN_DECISION_{name} "):
         Settings.from_env({f"INTERN_DECISION_{name}": value})
+
+
+@pytest.mark.parametrize("name, value", [
+    ("REVISION", "a" * 40), ("INFERENCE_SHA256", "b" * 64), ("DTYPE", "float32"), ("DTYPE", "float16"),
+])
+def test_overriding_a_pin_needs_the_explicit_opt_in_and_is_reported(name, value):
+    with pytest.raises(ValueError, match=f"INTERN_DECISION_{name} override the contract's pins; "
+                                         "set INTERN_DECISION_ALLOW_UNPINNED=1"):
+        Settings.from_env({f"INTERN_DECISION_{name}": value})
+    with pytest.raises(ValueError, match="ALLOW_UNPINNED"):
+        Settings.from_env({f"INTERN_DECISION_{name}": value, "INTERN_DECISION_ALLOW_UNPINNED": "0"})
+    settings = Settings.from_env({f"INTERN_DECISION_{name}": value, "INTERN_DECISION_ALLOW_UNPINNED": "1"})
+    assert not settings.pinned and settings.unpinned == (f"INTERN_DECISION_{name}",)
+
+
+def test_the_pins_restated_or_the_opt_in_alone_stay_pinned():
+    restated = Settings.from_env({"INTERN_DECISION_REVISION": PINNED_REVISION, "INTERN_DECISION_DTYPE": "bfloat16",
+                                  "INTERN_DECISION_INFERENCE_SHA256": PINNED_INFERENCE_SHA256})
+    assert restated.pinned
+    assert Settings.from_env({"INTERN_DECISION_ALLOW_UNPINNED": "1"}).pinned
 
 
 def test_prompt_version_names_the_pinned_inference_file():

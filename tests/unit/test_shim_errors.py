@@ -36,7 +36,8 @@ intern_decision_model_info{model="other",name="x",max_tokens="1",vram_cap_gib=""
 intern_decision_model_info{model="intern_decision",name="Intern-Decision-4B",repo="internlm/Intern-Decision-4B",\
 revision="0e5e6aa7d6d750e2b1504ba11a8136cb58aeb3cd",inference_sha256="c904",prompt_version="inference.py@sha256:c904",\
 dtype="bfloat16",device="cuda:0",vram_cap_gib="35.5",max_tokens="8192",vision_tower="removed",\
-fla_version="0.5.2",causal_conv1d_version="1.7.0",linear_attention="fast",slow_kernels_allowed="false"} 1
+fla_version="0.5.2",causal_conv1d_version="1.7.0",linear_attention="fast",slow_kernels_allowed="false",\
+pinned="false"} 1
 # HELP nv_inference_count x
 # TYPE nv_inference_count counter
 nv_inference_count{model="intern_decision",version="1"} 3
@@ -50,7 +51,8 @@ def test_facts_come_from_the_info_gauge_of_our_model():
                                "prompt_version": "inference.py@sha256:c904", "dtype": "bfloat16", "device": "cuda:0",
                                "vram_cap_gib": 35.5, "max_tokens": 8192, "vision_tower": "removed",
                                "fla_version": "0.5.2", "causal_conv1d_version": "1.7.0", "linear_attention": "fast",
-                               "slow_kernels_allowed": False}
+                               "slow_kernels_allowed": False,
+                               "pinned": False}
 
 
 def test_no_facts_until_the_model_publishes_them():

@@ -2,6 +2,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wire import strict_json
 from wire.facts import ModelFacts
@@ -9,7 +11,8 @@ from wire.protocol import OUTCOMES, Kind, error_message, parse_error
 
 FACTS = ModelFacts(name="Intern-Decision-4B", repo="internlm/Intern-Decision-4B", revision="0e5e" * 10,
                    inference_sha256="c904" * 16, prompt_version="inference.py@sha256:c904c904c904c904",
-                   dtype="bfloat16", device="cuda:0", vram_cap_gib=35.5, max_tokens=8192, vision_tower="removed", fla_version="0.5.2", causal_conv1d_version="1.7.0", linear_attention="fast", slow_kernels_allowed=False)
+                   dtype="bfloat16", device="cuda:0", vram_cap_gib=35.5, max_tokens=8192, vision_tower="removed", fla_version="0.5.2", causal_conv1d_version="1.7.0", linear_attention="fast", slow_kernels_allowed=False,
+                   pinned=True)
 
 
 def test_an_escaped_surrogate_pair_is_a_real_character():
@@ -22,7 +25,11 @@ def test_an_escaped_surrogate_pair_is_a_real_character():
     (b"", "the body is not JSON"),
     (b'{"state": NaN}', "NaN is not a JSON number"),
     (b'{"state": -Infinity}', "-Infinity is not a JSON number"),
-    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply: more than 64 levels"),
+    (b"[" * 65 + b"]" * 65, "nested too deeply: more than 64 levels"),
+    (b'{"state": ' + b'{"a": ' * 64 + b"1" + b"}" * 65, "nested too deeply: more than 64 levels"),
+    (b'{"id": "a", "id": "b"}', "the key 'id' appears twice in one object"),
+    (b'{"state": {"x": 1, "y": [{"k": 1, "k": 2}]}}', "the key 'k' appears twice in one object"),
     (b'{"state": 1e999}', "1e999 does not fit a finite number"),
     (b'{"state": 1' + b"1" * 5000 + b"}", "not usable JSON: Exceeds the limit"),
     (b'{"state": "\\ud800"}', "lone UTF-16 surrogate"),
@@ -67,13 +74,16 @@ def test_what_does_not_read_as_the_models_error_is_not(status, message):
 
 def test_facts_travel_as_labels_and_back_typed():
     labels = FACTS.to_labels()
-    assert labels["vram_cap_gib"] == "35.5" and labels["max_tokens"] == "8192"
+    assert labels["vram_cap_gib"] == "35.5" and labels["max_tokens"] == "8192" and labels["pinned"] == "true"
     assert ModelFacts.from_labels(labels) == FACTS
     uncapped = ModelFacts.from_labels({**labels, "vram_cap_gib": ""})
     assert uncapped.vram_cap_gib is None and uncapped.to_labels()["vram_cap_gib"] == ""
+    unpinned = ModelFacts.from_labels({**labels, "pinned": "false"})
+    assert unpinned.pinned is False and unpinned.to_labels()["pinned"] == "false"
 
 
-@pytest.mark.parametrize("change", [{"max_tokens": "many"}, {"vram_cap_gib": "lots"}])
+@pytest.mark.parametrize("change", [{"max_tokens": "many"}, {"vram_cap_gib": "lots"}, {"pinned": "True"},
+                                    {"pinned": ""}])
 def test_unreadable_labels_are_refused(change):
     with pytest.raises(ValueError):
         ModelFacts.from_labels({**FACTS.to_labels(), **change})
@@ -84,3 +94,45 @@ def test_a_missing_label_is_refused():
     del labels["revision"]
     with pytest.raises(KeyError):
         ModelFacts.from_labels(labels)
+
+
+def depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(depth, value), default=0)
+    return 0
+
+
+def nest(levels: int, inner=None):
+    value = inner
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_sixty_four_levels_are_accepted_and_sixty_five_refused():
+    assert depth(strict_json.loads(json.dumps(nest(64)).encode(), "the body")) == 64
+    with pytest.raises(strict_json.NotStrictJson, match="nested too deeply"):
+        strict_json.loads(json.dumps(nest(65)).encode(), "the body")
+
+
+def test_brackets_and_escapes_inside_strings_do_not_count_as_nesting():
+    tricky = "[[{{ \\\" ]]\\\\\" {{ \\"
+    value = nest(60, {"text": tricky * 20, "more": [tricky] * 10})
+    assert strict_json.loads(json.dumps(value).encode(), "the body") == value
+    assert strict_json.loads(json.dumps(value, ensure_ascii=False).encode(), "the body") == value
+
+
+strings = st.text(alphabet=st.sampled_from('[]{}"\\ a\n\u00e9\u2028'), max_size=6)
+values = st.recursive(st.none() | st.integers() | strings,
+                      lambda children: st.lists(children, max_size=3) | st.dictionaries(strings, children, max_size=3),
+                      max_leaves=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=values, extra=st.integers(min_value=0, max_value=70), ascii_only=st.booleans())
+def test_the_byte_scan_measures_the_decoded_values_depth(value, extra, ascii_only):
+    value = nest(extra, value)
+    raw = json.dumps(value, ensure_ascii=ascii_only).encode()
+    assert strict_json.nested_too_deeply(raw) == (depth(value) > strict_json.MAX_DEPTH)

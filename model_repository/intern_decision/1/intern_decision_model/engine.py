@@ -113,6 +113,9 @@ class ServingEngine:
     @classmethod
     def start(cls, settings: Settings, device: str, torch: Any = None) -> "ServingEngine":
         set_offline()
+        if not settings.pinned:
+            log.warning("UNPINNED: %s override the contract's pins (INTERN_DECISION_ALLOW_UNPINNED=1); "
+                        "/health and the info metric report pinned=false", ", ".join(settings.unpinned))
         verify_snapshot_path(settings.checkpoint, settings.revision)
         module = load_inference_module(settings.checkpoint, settings.inference_sha256)
         if torch is None:
@@ -164,6 +167,7 @@ class ServingEngine:
             causal_conv1d_version=kernels.causal_conv1d_version,
             linear_attention=kernels.linear_attention,
             slow_kernels_allowed=settings.allow_slow_kernels,
+            pinned=settings.pinned,
         )
         log.info("serving %s", " ".join(f"{key}={value}" for key, value in facts.as_dict().items()))
         return cls(settings, device, module, engine, guard, facts)

@@ -12,6 +12,7 @@ PREFIX = "INTERN_DECISION_"
 PINNED_REPO = "internlm/Intern-Decision-4B"
 PINNED_REVISION = "0e5e6aa7d6d750e2b1504ba11a8136cb58aeb3cd"
 PINNED_INFERENCE_SHA256 = "c904e2c67ca0775621a22375ee373d2ba30b52117cda870c6c9ef74143b29863"
+PINNED_DTYPE = "bfloat16"
 HF_CACHE_ROOT = Path("/hf/hub")
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -33,6 +34,11 @@ class Settings:
     release_slack_mib: int
     keep_vision: bool
     allow_slow_kernels: bool
+    unpinned: tuple[str, ...] = ()  # the contract pins overridden, by variable name (ALLOW_UNPINNED=1)
+
+    @property
+    def pinned(self) -> bool:
+        return not self.unpinned
 
     @property
     def release_slack_bytes(self) -> int:
@@ -53,14 +59,24 @@ class Settings:
         device = _get(env, "DEVICE") or "cuda"
         if not _DEVICE.fullmatch(device):
             raise ValueError(f"{PREFIX}DEVICE must be cpu, cuda or cuda:N, got {device!r}")
-        dtype = _get(env, "DTYPE") or "bfloat16"
+        dtype = _get(env, "DTYPE") or PINNED_DTYPE
         if dtype not in DTYPES:
             raise ValueError(f"{PREFIX}DTYPE must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        inference_sha256 = _pattern(env, "INFERENCE_SHA256", _SHA256, PINNED_INFERENCE_SHA256,
+                                    "64 lowercase hex characters")
+        unpinned = tuple(PREFIX + name for name, value, pin in (
+            ("REVISION", revision, PINNED_REVISION),
+            ("INFERENCE_SHA256", inference_sha256, PINNED_INFERENCE_SHA256),
+            ("DTYPE", dtype, PINNED_DTYPE),
+        ) if value != pin)
+        allow_unpinned = _flag(env, "ALLOW_UNPINNED")
+        if unpinned and not allow_unpinned:
+            raise ValueError(f"{', '.join(unpinned)} override the contract's pins; set {PREFIX}ALLOW_UNPINNED=1 "
+                             f"to serve unpinned (reported as pinned=false)")
         return cls(
             checkpoint=checkpoint,
             revision=revision,
-            inference_sha256=_pattern(env, "INFERENCE_SHA256", _SHA256, PINNED_INFERENCE_SHA256,
-                                      "64 lowercase hex characters"),
+            inference_sha256=inference_sha256,
             device=device,
             dtype=dtype,
             vram_cap_gib=_cap(env),
@@ -68,6 +84,7 @@ class Settings:
             release_slack_mib=_integer(env, "RELEASE_SLACK_MIB", 512, minimum=0),
             keep_vision=_flag(env, "KEEP_VISION"),
             allow_slow_kernels=_flag(env, "ALLOW_SLOW_KERNELS"),
+            unpinned=unpinned,
         )
 
 
