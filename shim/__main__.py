@@ -1,5 +1,6 @@
 """python -m shim [--host H] [--port P]: serve the shim with uvicorn, one worker (INV-2), and its metrics on a port
-of their own (INTERN_DECISION_METRICS_HOST / INTERN_DECISION_METRICS_PORT, default the shim's host and 9464; 0 off).
+of their own (INTERN_DECISION_METRICS_HOST / INTERN_DECISION_METRICS_PORT, default the shim's host and 9464; 0 off),
+its request headers bounded in size and time and uvicorn's access log off (shim/server.py).
 
 Configuration is read from INTERN_DECISION_* and validated before the server starts; a bad value stops it. Logs
 are JSON lines on stdout (shim/logs.py).
@@ -11,9 +12,7 @@ import logging.config
 import os
 import sys
 
-import uvicorn
-
-from . import logs, metrics
+from . import logs, metrics, server
 from .app import create_app
 from .settings import ShimSettings
 
@@ -51,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.config.dictConfig(log_config)
     if metrics_address is not None:
         logging.getLogger("intern_decision.shim").info("metrics on http://%s:%d/metrics", host, metrics_port)
-    uvicorn.run(create_app(settings, metrics=shim_metrics), host=args.host, port=port, workers=1,
-                log_config=log_config, access_log=False)
+    server.run(create_app(settings, metrics=shim_metrics), args.host, port, log_config)
     return 0
 
 

@@ -1,23 +1,27 @@
-"""The Starlette application: GET /health, POST /decide, POST /decide/shared, every error in the envelope."""
+"""The Starlette application: GET /health, POST /decide, POST /decide/shared, GET /openapi.json, every error in the
+envelope and every response with X-Request-Id (the request-id layer wraps even Starlette's last-resort 500)."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 from wire.facts import ModelFacts
 
 from .access import AccessLog
 from .combining import IncompleteAnswer
-from .errors import ApiError, envelope
+from .errors import HTTP_CODES, INVALID, SCORING_FAILED, ApiError, envelope
 from .metrics import ShimMetrics
 from .middleware import PostGuard, RequestId
 from .planning import CHUNKING, MAX_QUESTIONS_PER_CALL
@@ -28,9 +32,9 @@ from .validation import InvalidRequest, decide_body, parse_json, shared_body
 
 log = logging.getLogger("intern_decision.shim")
 
-HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
 FACTS_TTL_SECONDS = 5.0
 MODEL_CHECK_SECONDS = 5.0  # how often the model_up gauge is refreshed without anyone calling /health
+OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 
 class FactsCache:
@@ -52,11 +56,31 @@ class FactsCache:
         self._facts = None
 
 
+class ShimApp(Starlette):
+    """Starlette with the request id and the access line outside its ServerErrorMiddleware, so that even an
+    unexpected exception's 500 carries the id and is counted."""
+
+    def __init__(self, *, metrics: ShimMetrics, **kwargs: Any):
+        self._metrics = metrics
+        super().__init__(**kwargs)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestId(AccessLog(super().build_middleware_stack(), metrics=self._metrics))
+
+
+def openapi_document() -> bytes:
+    """The surface's OpenAPI document as served; refuses to start when it is missing or not JSON."""
+    raw = OPENAPI_PATH.read_bytes()
+    json.loads(raw)
+    return raw
+
+
 def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics | None = None) -> Starlette:
     """model: anything with TritonModel's async predict_calls/ready/facts/open/close (a fake in unit tests).
     metrics: the series this app updates (a fresh set when None); python -m shim serves their registry."""
     model = model if model is not None else TritonModel(settings)
     metrics = metrics if metrics is not None else ShimMetrics()
+    openapi = openapi_document()
     service = DecisionService(model, settings.max_decisions, metrics)
     facts = FactsCache(model)
 
@@ -107,8 +131,12 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
         state, decisions = shared_body(parse_json(await request.body()))
         return JSONResponse(await service.decide_shared(state, decisions, request.state.request_id))
 
+    async def openapi_json(request: Request) -> Response:
+        return Response(openapi, media_type="application/json")
+
     async def invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
-        return JSONResponse(envelope("invalid_request", str(exc)), status_code=422)
+        status, code = INVALID
+        return JSONResponse(envelope(code, str(exc)), status_code=status)
 
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         if exc.status >= 500:
@@ -117,16 +145,20 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
 
     async def incomplete_answer(request: Request, exc: IncompleteAnswer) -> JSONResponse:
         log.error("%s %s: %s", request.method, request.url.path, exc)
-        return JSONResponse(envelope("scoring_failed", str(exc)), status_code=500)
+        status, code = SCORING_FAILED
+        return JSONResponse(envelope(code, str(exc)), status_code=status)
 
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         code = HTTP_CODES.get(exc.status_code, "http_error")
         return JSONResponse(envelope(code, exc.detail), status_code=exc.status_code, headers=exc.headers)
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("%s %s: failed while building the response", request.method, request.url.path)
-        return JSONResponse(envelope("scoring_failed", f"failed while building the response: "
-                                                       f"{type(exc).__name__}"), status_code=500)
+        """Starlette's last resort (ServerErrorMiddleware): it re-raises afterwards, so the server logs the traceback."""
+        log.error("%s %s: failed while building the response: %s", request.method, request.url.path,
+                  type(exc).__name__)
+        status, code = SCORING_FAILED
+        return JSONResponse(envelope(code, f"failed while building the response: {type(exc).__name__}"),
+                            status_code=status)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -140,16 +172,20 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
                 await checker
             await model.close()
 
-    return Starlette(
+    app = ShimApp(
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/decide", decide, methods=["POST"]),
             Route("/decide/shared", decide_shared, methods=["POST"]),
+            Route("/openapi.json", openapi_json, methods=["GET"]),
         ],
-        middleware=[Middleware(RequestId), Middleware(AccessLog, metrics=metrics),
-                    Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
-                               max_body_bytes=settings.max_body_bytes)],
+        middleware=[Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
+                               max_body_bytes=settings.max_body_bytes,
+                               body_timeout_seconds=settings.body_timeout_seconds)],
+        metrics=metrics,
         exception_handlers={InvalidRequest: invalid_request, ApiError: api_error, IncompleteAnswer: incomplete_answer,
                             HTTPException: http_error, Exception: unexpected},
         lifespan=lifespan,
     )
+    app.router.redirect_slashes = False  # /decide/ is 404 not_found, never a redirect
+    return app

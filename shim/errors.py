@@ -6,6 +6,19 @@ from dataclasses import dataclass
 from wire.protocol import parse_error
 
 UNAVAILABLE = (502, "model_unavailable")
+# The refusals of a POST before it reaches the app (shim/middleware.py), in the order they are checked.
+UNAUTHORIZED = (401, "unauthorized")
+BUSY = (429, "busy")
+REQUEST_TIMEOUT = (408, "request_timeout")
+TOO_LARGE = (413, "request_too_large")
+# The app's own: validation (and the model's ValueError), an answer that cannot be read, no such route.
+INVALID = (422, "invalid_request")
+SCORING_FAILED = (500, "scoring_failed")
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+# Headers refused by the server before there is a request (shim/server.py).
+HEADERS_TOO_LARGE = (431, "request_header_too_large")
+# Seconds a 429 asks the caller to wait (Retry-After).
+RETRY_AFTER_SECONDS = 1
 
 
 @dataclass

@@ -1,13 +1,16 @@
 """Pure ASGI middleware: the request id, then auth, admission and the body limit in the contract's order for a POST:
 
-1. auth (401) from the headers alone, so an unauthenticated request never takes a queue slot;
-2. admission (429) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
+1. auth (401) from the headers alone, so an unauthenticated request never takes a queue slot; exactly one
+   Authorization header, scheme `Bearer` in any case;
+2. admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
 3. the body (413), counted as it arrives, chunked bodies included; a declared Content-Length is trusted only
-   when it is ASCII digits, and then refuses early;
+   when it is ASCII digits, and then refuses early. The whole body must arrive within BODY_TIMEOUT_SECONDS of
+   admission, else 408 and the connection is closed: a slow client cannot hold a queue slot;
 4. the app (validation and scoring) gets the counted body replayed.
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 import uuid
@@ -16,7 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import logs
-from .errors import envelope
+from .errors import BUSY, REQUEST_TIMEOUT, RETRY_AFTER_SECONDS, TOO_LARGE, UNAUTHORIZED, envelope
 
 _ASCII_DIGITS = re.compile(rb"[0-9]+")
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
@@ -24,11 +27,12 @@ REQUEST_ID_HEADER = b"x-request-id"
 
 
 def bearer_matches(headers: list[tuple[bytes, bytes]], token: bytes) -> bool:
-    for name, value in headers:
-        if name == b"authorization":
-            scheme, _, credentials = value.strip().partition(b" ")
-            return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token)
-    return False
+    """One Authorization header, `Bearer <token>` (scheme in any case); two of them are never guessed between."""
+    values = [value for name, value in headers if name == b"authorization"]
+    if len(values) != 1:
+        return False
+    scheme, _, credentials = values[0].strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token)
 
 
 def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -38,17 +42,24 @@ def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     return None
 
 
-async def refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str,
+async def refuse(scope: Scope, receive: Receive, send: Send, error: tuple[int, str], message: str,
                  headers: dict[str, str] | None = None) -> None:
+    status, code = error
     await JSONResponse(envelope(code, message), status_code=status, headers=headers)(scope, receive, send)
 
 
+class _TooLarge(Exception):
+    """The body is over MAX_BODY_BYTES, declared or counted."""
+
+
 class PostGuard:
-    def __init__(self, app: ASGIApp, api_token: str, max_queue: int, max_body_bytes: int):
+    def __init__(self, app: ASGIApp, api_token: str, max_queue: int, max_body_bytes: int,
+                 body_timeout_seconds: float = 5.0):
         self.app = app
         self._token = api_token.encode("ascii")
         self._max_queue = max_queue
         self._max_body = max_body_bytes
+        self._body_timeout = body_timeout_seconds
         self.in_progress = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -56,28 +67,38 @@ class PostGuard:
             await self.app(scope, receive, send)
             return
         if not bearer_matches(scope["headers"], self._token):
-            await refuse(scope, receive, send, 401, "unauthorized", "missing or wrong bearer token",
+            await refuse(scope, receive, send, UNAUTHORIZED, "missing or wrong bearer token",
                          {"WWW-Authenticate": "Bearer"})
             return
         if self.in_progress >= self._max_queue:
-            await refuse(scope, receive, send, 429, "busy",
-                         f"{self._max_queue} requests are already queued or scoring; retry later")
+            await refuse(scope, receive, send, BUSY,
+                         f"{self._max_queue} requests are already queued or scoring; retry later",
+                         {"Retry-After": str(RETRY_AFTER_SECONDS)})
             return
         self.in_progress += 1
         try:
-            body = await self._read_body(scope, receive, send)
+            try:
+                async with asyncio.timeout(self._body_timeout):
+                    body = await self._read_body(scope, receive)
+            except TimeoutError:
+                await refuse(scope, receive, send, REQUEST_TIMEOUT,
+                             f"the body did not arrive within {self._body_timeout:g} s (BODY_TIMEOUT_SECONDS)",
+                             {"Connection": "close"})
+                return
+            except _TooLarge:
+                await refuse(scope, receive, send, TOO_LARGE,
+                             f"the body is larger than {self._max_body} bytes (MAX_BODY_BYTES)")
+                return
             if body is not None:
                 await self.app(scope, _replay(body, receive), send)
         finally:
             self.in_progress -= 1
 
-    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
-        """The whole body, or None when the request was answered (413) or the client went away."""
-        too_large = f"the body is larger than {self._max_body} bytes (MAX_BODY_BYTES)"
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None when the client went away; _TooLarge past MAX_BODY_BYTES."""
         declared = declared_length(scope["headers"])
         if declared is not None and declared > self._max_body:
-            await refuse(scope, receive, send, 413, "request_too_large", too_large)
-            return None
+            raise _TooLarge
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -86,8 +107,7 @@ class PostGuard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self._max_body:
-                await refuse(scope, receive, send, 413, "request_too_large", too_large)
-                return None
+                raise _TooLarge
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)

@@ -55,7 +55,7 @@ class DecisionService:
         for call, answer in zip(calls, answers):
             for slot in call.slots:
                 decision = decisions[slot.decision]
-                result_id = decision.id if decision.orderings == "none" else f"{decision.id}#o{slot.ordering}"
+                result_id = decision.id if decision.orderings == "none" else decision.ordering_id(slot.ordering)
                 per_decision[slot.decision].append(ordering_result(decision, result_id, slot, call, answer))
         return [results[0] if decision.orderings == "none" else averaged_result(decision, results)
                 for decision, results in zip(decisions, per_decision)]

@@ -24,6 +24,7 @@ class ShimSettings:
     model_name: str
     call_timeout_seconds: float
     health_timeout_seconds: float
+    body_timeout_seconds: float = 5.0
 
     def __repr__(self) -> str:  # never print the token
         return f"ShimSettings(model_name={self.model_name!r}, triton_url={self.triton_url!r}, ...)"
@@ -55,6 +56,7 @@ class ShimSettings:
             model_name=model_name,
             call_timeout_seconds=_seconds(env, "CALL_TIMEOUT_SECONDS", 120.0),
             health_timeout_seconds=_seconds(env, "HEALTH_TIMEOUT_SECONDS", 2.0),
+            body_timeout_seconds=_seconds(env, "BODY_TIMEOUT_SECONDS", 5.0),
         )
 
 

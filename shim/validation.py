@@ -1,6 +1,7 @@
 """semif-serve's request rules, re-stated by the contract; a violation is InvalidRequest naming the field."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,25 @@ class Decision:
     @property
     def option_ids(self) -> list[str]:
         return [option.id for option in self.options]
+
+    @property
+    def ordering_count(self) -> int:
+        if self.orderings == "rotations":
+            return len(self.options)
+        if self.orderings == "all":
+            return math.factorial(len(self.options))
+        return 1
+
+    def ordering_id(self, ordering: int) -> str:
+        """The id of one ordering's result: <id>#o<k>."""
+        return f"{self.id}#o{ordering}"
+
+    @property
+    def result_ids(self) -> list[str]:
+        """Every id this decision puts in the response: its own, and with orderings each ordering's."""
+        if self.orderings == "none":
+            return [self.id]
+        return [self.id] + [self.ordering_id(ordering) for ordering in range(self.ordering_count)]
 
 
 def parse_json(body: bytes) -> Any:
@@ -127,4 +147,19 @@ def shared_body(payload: Any) -> tuple[Any, list[Decision]]:
             raise InvalidRequest(f"decisions[{index}].id {decision.id!r} is not unique within the request")
         seen.add(decision.id)
         decisions.append(decision)
+    _result_ids_unique(decisions)
     return state, decisions
+
+
+def _result_ids_unique(decisions: list[Decision]) -> None:
+    """No two results in the response share an id: e.g. a plain decision `a#o0` beside decision `a` with orderings
+    (its ordering 0 answers as `a#o0`)."""
+    owner: dict[str, int] = {}
+    for index, decision in enumerate(decisions):
+        for result_id in decision.result_ids:
+            if result_id in owner and owner[result_id] != index:
+                raise InvalidRequest(f"decisions[{index}] would answer with the id {result_id!r}, which "
+                                     f"decisions[{owner[result_id]}] already answers with; result ids must be "
+                                     f"unique within the response")
+            owner[result_id] = index
+

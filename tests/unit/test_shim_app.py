@@ -353,6 +353,30 @@ async def test_shared_violations_are_422_naming_the_field(client, model, mutate,
     assert message in response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("first, second", [
+    ({"id": "a", "orderings": "rotations"}, {"id": "a#o0"}),
+    ({"id": "a#o1"}, {"id": "a", "orderings": "all"}),
+    ({"id": "a", "orderings": "rotations"}, {"id": "a#o1", "orderings": "rotations"}),
+])
+async def test_result_ids_that_would_collide_in_the_response_are_422(client, model, first, second):
+    body = {"state": "s", "decisions": [{"question": "q?", "options": options("x", "y"), **first},
+                                        {"question": "q?", "options": options("x", "y"), **second}]}
+    response = await client.post("/decide/shared", json=body, headers=AUTH)
+    assert response.status_code == 422
+    assert "result ids must be unique within the response" in response.json()["error"]["message"]
+    assert model.calls == []
+
+
+async def test_ids_that_only_look_like_ordering_ids_are_fine(client):
+    body = {"state": "s", "decisions": [
+        {"id": "a", "question": "q?", "options": options("x", "y"), "orderings": "rotations"},
+        {"id": "a#o2", "question": "q?", "options": options("x", "y")},  # a has orderings 0 and 1 only
+        {"id": "b#o0", "question": "q?", "options": options("x", "y")}]}
+    response = await client.post("/decide/shared", json=body, headers=AUTH)
+    assert response.status_code == 200
+    assert [result["id"] for result in response.json()["results"]] == ["a", "a#o2", "b#o0"]
+
+
 async def test_a_row_count_above_max_decisions_is_422(model):
     async with client_for(model, max_decisions="3") as client:
         response = await client.post("/decide/shared", json=shared_body(4), headers=AUTH)
@@ -368,6 +392,9 @@ async def test_a_row_count_above_max_decisions_is_422(model):
     (b"\xff\xfe", "the body is not UTF-8"),
     (b'{"id": "x", "state": 1' + b"1" * 5000 + b"}", "the body is not usable JSON"),
     (b'{"id": "\\ud800", "state": "s"}', "lone UTF-16 surrogate"),
+    (b'{"id": "x", "id": "y", "state": "s"}', "the key 'id' appears twice in one object"),
+    (b'{"id": "x", "state": ' + b"[" * 64 + b"]" * 64 + b"}", "nested too deeply: more than 64 levels"),
+    (b'{"id": "x", "state": ' + b"[" * 100000 + b"]" * 100000 + b"}", "nested too deeply: more than 64 levels"),
 ])
 async def test_malformed_or_non_finite_json_is_422(client, model, raw, message):
     response = await client.post("/decide", content=raw, headers={**AUTH, "Content-Type": "application/json"})
@@ -414,6 +441,34 @@ async def test_404_and_405_use_the_envelope(client, method, path, status, code):
     response = await client.request(method, path, headers=AUTH)
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
+
+
+@pytest.mark.parametrize("method, path", [("GET", "/health/"), ("POST", "/decide/"), ("POST", "/decide/shared/")])
+async def test_a_trailing_slash_is_404_never_a_redirect(client, model, method, path):
+    response = await client.request(method, path, headers=AUTH, json=decide_body())
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+    assert model.calls == []
+
+
+async def test_an_unexpected_exception_is_500_in_the_envelope_with_the_request_id(model):
+    model.fail_with = ZeroDivisionError("a bug, not an ApiError")
+    app = create_app(make_settings(), model)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://shim") as client:
+        response = await client.post("/decide", json=decide_body(), headers={**AUTH, "X-Request-Id": "bug-1"})
+    assert response.status_code == 500
+    assert response.headers["x-request-id"] == "bug-1"
+    assert response.json() == {"error": {"code": "scoring_failed",
+                                          "message": "failed while building the response: ZeroDivisionError"}}
+
+
+async def test_the_openapi_document_is_served_without_auth(client):
+    from shim.app import OPENAPI_PATH
+
+    response = await client.get("/openapi.json")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    assert response.json() == json.loads(OPENAPI_PATH.read_bytes())
+    assert "x-request-id" in response.headers
 
 
 # --- Concurrency ------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Limits as ASGI middleware, driven with raw ASGI messages: 413 (declared and counted), 429 before the body."""
+"""Limits as ASGI middleware, driven with raw ASGI messages: 413 (declared and counted), 429 before the body (with
+Retry-After), 408 when the body is too slow, one Authorization header."""
 from __future__ import annotations
 
 import asyncio
@@ -44,6 +45,10 @@ class Exchange:
         return self.sent[0]["status"]
 
     @property
+    def headers(self) -> dict[bytes, bytes]:
+        return dict(self.sent[0]["headers"])
+
+    @property
     def error_code(self) -> str:
         return json.loads(b"".join(m.get("body", b"") for m in self.sent[1:]))["error"]["code"]
 
@@ -64,8 +69,9 @@ class EchoApp:
         await send({"type": "http.response.body", "body": str(len(message["body"])).encode()})
 
 
-def guard(app, max_queue=2, max_body=100) -> PostGuard:
-    return PostGuard(app, api_token=TOKEN, max_queue=max_queue, max_body_bytes=max_body)
+def guard(app, max_queue=2, max_body=100, body_timeout=5.0) -> PostGuard:
+    return PostGuard(app, api_token=TOKEN, max_queue=max_queue, max_body_bytes=max_body,
+                     body_timeout_seconds=body_timeout)
 
 
 async def test_a_body_within_the_limit_reaches_the_app_whole():
@@ -118,6 +124,7 @@ async def test_past_max_queue_the_next_post_is_429_before_its_body_is_read():
     refused = Exchange([b"{}"])
     await middleware(refused.scope, refused.receive, refused.send)
     assert (refused.status, refused.error_code) == (429, "busy")
+    assert refused.headers[b"retry-after"] == b"1"
     assert refused.chunks_read == 0
     app.gate.set()
     await asyncio.gather(*tasks)
@@ -144,6 +151,70 @@ async def test_get_passes_without_auth_or_limits():
     assert exchange.status == 200
 
 
+class Trickle:
+    """A body that arrives a chunk every `interval` seconds, `count` chunks, the last one final."""
+
+    def __init__(self, interval: float, count: int):
+        self.interval, self.left = interval, count
+
+    async def receive(self) -> dict:
+        await asyncio.sleep(self.interval)
+        self.left -= 1
+        return {"type": "http.request", "body": b" ", "more_body": self.left > 0}
+
+
+async def test_a_body_slower_than_the_deadline_is_408_and_frees_its_slot_at_the_deadline():
+    app = EchoApp()
+    middleware = guard(app, max_queue=1, body_timeout=0.3)
+    exchange = Exchange([])
+    trickle = Trickle(interval=0.1, count=100)  # every chunk in time, the whole body far too late
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await middleware(exchange.scope, trickle.receive, exchange.send)
+    elapsed = loop.time() - started
+    assert (exchange.status, exchange.error_code) == (408, "request_timeout")
+    assert exchange.headers[b"connection"] == b"close"
+    assert 0.3 <= elapsed < 0.6 and app.bodies == [] and middleware.in_progress == 0
+    again = Exchange([b"{}"])
+    await middleware(again.scope, again.receive, again.send)
+    assert again.status == 200
+
+
+async def test_a_body_that_arrives_whole_within_the_deadline_passes():
+    app = EchoApp()
+    exchange = Exchange([])
+    await guard(app, body_timeout=1.0)(exchange.scope, Trickle(interval=0.05, count=4).receive, exchange.send)
+    assert exchange.status == 200 and app.bodies == [b"    "]
+
+
+async def test_a_body_that_never_starts_is_408_too():
+    app = EchoApp()
+    exchange = Exchange([])  # receive() never returns
+    await guard(app, body_timeout=0.2)(exchange.scope, exchange.receive, exchange.send)
+    assert (exchange.status, exchange.error_code) == (408, "request_timeout")
+
+
+async def test_a_client_gone_while_sending_frees_its_slot_without_an_answer():
+    app = EchoApp()
+    middleware = guard(app, max_queue=1)
+    exchange = Exchange([])
+
+    async def gone() -> dict:
+        return {"type": "http.disconnect"}
+
+    await middleware(exchange.scope, gone, exchange.send)
+    assert exchange.sent == [] and middleware.in_progress == 0 and app.bodies == []
+
+
+@pytest.mark.parametrize("values", [
+    [b"Bearer " + TOKEN.encode(), b"Bearer " + TOKEN.encode()],
+    [b"Bearer wrong", b"Bearer " + TOKEN.encode()],
+    [b"Bearer " + TOKEN.encode(), b"Bearer wrong"],
+])
+def test_two_authorization_headers_are_never_guessed_between(values):
+    assert not bearer_matches([(b"authorization", value) for value in values], TOKEN.encode())
+
+
 def test_bearer_parsing():
     token = TOKEN.encode()
     assert bearer_matches([(b"authorization", b"Bearer " + token)], token)
@@ -151,5 +222,9 @@ def test_bearer_parsing():
     assert not bearer_matches([(b"authorization", b"Bearer " + token[:-1])], token)
     assert not bearer_matches([(b"authorization", b"Token " + token)], token)
     assert not bearer_matches([], token)
+    assert bearer_matches([(b"authorization", b"  Bearer   " + token + b"  ")], token)
+    assert not bearer_matches([(b"authorization", b"Bearer" + token)], token)
+    assert not bearer_matches([(b"authorization", b"Bearer")], token)
+    assert not bearer_matches([(b"authorization", b"Bearer " + token + b" x")], token)
     assert declared_length([(b"content-length", b"42")]) == 42
     assert declared_length([(b"content-length", b"4 2")]) is None
