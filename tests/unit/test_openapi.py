@@ -1,0 +1,100 @@
+"""The OpenAPI document against the code: the same routes and methods, every status and error code the code can
+answer and no other, and examples that validate against their own schemas."""
+from __future__ import annotations
+
+import json
+
+import jsonschema_rs
+import pytest
+from starlette.routing import Route
+
+from shim import errors
+from shim.app import OPENAPI_PATH, create_app
+from shim.settings import ShimSettings
+from wire.protocol import Kind
+
+from .fake_model import FakeModel
+
+DOC = json.loads(OPENAPI_PATH.read_bytes())
+# What the code can answer on a POST route: its refusals before the app, the app's own, the model's kinds.
+POST_ERRORS = {errors.UNAUTHORIZED, errors.BUSY, errors.REQUEST_TIMEOUT, errors.TOO_LARGE, errors.INVALID,
+               errors.SCORING_FAILED, errors.UNAVAILABLE, errors.HEADERS_TOO_LARGE} | {(k.status, k.code) for k in Kind}
+GET_STATUSES = {"/health": {200, 503, errors.HEADERS_TOO_LARGE[0]}, "/openapi.json": {200, errors.HEADERS_TOO_LARGE[0]}}
+
+
+def validator(schema: dict):
+    """A validator for a schema of the document, its $refs resolved against the document's components."""
+    return jsonschema_rs.Draft202012Validator({**schema, "components": DOC["components"]})
+
+
+def operations():
+    for path, methods in DOC["paths"].items():
+        for method, operation in methods.items():
+            yield path, method.upper(), operation
+
+
+def test_the_documented_routes_and_methods_are_the_apps():
+    app = create_app(ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": "t" * 32}), FakeModel())
+    served = {(route.path, method) for route in app.routes if isinstance(route, Route)
+              for method in route.methods if method != "HEAD"}
+    assert served == {(path, method) for path, method, _ in operations()}
+
+
+def test_posts_document_every_status_and_code_the_code_can_answer():
+    for path, method, operation in operations():
+        responses = operation["responses"]
+        if method == "POST":
+            assert {int(status) for status in responses} == {200} | {status for status, _ in POST_ERRORS}
+            for status, code in POST_ERRORS:
+                content = responses[str(status)]["content"]["application/json"]
+                assert content["schema"]["properties"]["error"]["properties"]["code"] == {"const": code}
+                assert content["example"]["error"]["code"] == code
+            assert operation["security"] == [{"bearerAuth": []}]
+        else:
+            assert {int(status) for status in responses} == GET_STATUSES[path]
+            assert operation["security"] == []
+
+
+def test_the_envelopes_codes_are_every_code_the_app_answers():
+    codes = {code for _, code in POST_ERRORS} | set(errors.HTTP_CODES.values())
+    assert set(DOC["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"]) == codes
+
+
+def test_every_response_documents_the_request_id_and_the_refusals_their_headers():
+    for path, method, operation in operations():
+        for status, response in operation["responses"].items():
+            assert response["headers"]["X-Request-Id"] == {"$ref": "#/components/headers/X-Request-Id"}, (path, status)
+        if method == "POST":
+            assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]
+            assert "Retry-After" in operation["responses"]["429"]["headers"]
+    assert DOC["components"]["headers"]["Retry-After"]["schema"]["const"] == errors.RETRY_AFTER_SECONDS
+
+
+def examples():
+    for path, method, operation in operations():
+        body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+        if body:
+            yield f"{method} {path} request", body["schema"], body["example"]
+        for status, response in operation["responses"].items():
+            content = response["content"]["application/json"]
+            if "example" in content:
+                yield f"{method} {path} {status}", content["schema"], content["example"]
+
+
+@pytest.mark.parametrize("name, schema, example", list(examples()), ids=lambda value: value
+                         if isinstance(value, str) else "")
+def test_every_example_validates_against_its_schema(name, schema, example):
+    validator(schema).validate(example)
+
+
+def test_the_examples_are_real_checks():
+    decide = DOC["paths"]["/decide"]["post"]
+    request_schema = decide["requestBody"]["content"]["application/json"]["schema"]
+    request = decide["requestBody"]["content"]["application/json"]["example"]
+    assert not validator(request_schema).is_valid({**request, "options": request["options"][:1]})
+    assert not validator(request_schema).is_valid({**request, "workload": "support"})
+    unauthorized = decide["responses"]["401"]["content"]["application/json"]["schema"]
+    assert not validator(unauthorized).is_valid({"error": {"code": "busy", "message": "x"}})
+    assert not validator(unauthorized).is_valid({"detail": "unauthorized"})
+    health = DOC["paths"]["/health"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert not validator(health["schema"]).is_valid({**health["example"], "model": {"name": "x"}})
