@@ -22,6 +22,9 @@ object with the key ``"__fixture_fault__"``, ``HFBackend.score`` acts on its val
 and moved to the device (so real tensors are alive in the frame, as in a real forward failure):
 
 * ``"oom"``: raise ``torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (fixture fault)")``
+* ``{"oom_when_asked": text}``: raise the same error, but only in a call that asks a question whose ``instructions``
+  equal ``text``. Every call of a chunked request carries the same state, and so the same trigger; their questions
+  differ, so this fails one later call of a request while the earlier ones score
 * ``"runtime"``: raise ``RuntimeError("fixture fault: simulated kernel failure")``
 * ``{"sleep_seconds": x}`` with x a finite number in 0..60: ``time.sleep(x)`` inside the timed region, then score
   normally (so ``timing.inference_ms`` includes the sleep)
@@ -279,6 +282,15 @@ def _fixture_fault(row: Mapping):
     return None
 
 
+def _fixture_oom_here(row: Mapping, fault) -> bool:
+    """FIXTURE-ONLY: whether this call must raise the simulated out-of-memory error."""
+    if fault == "oom":
+        return True
+    if not isinstance(fault, Mapping) or not isinstance(fault.get("oom_when_asked"), str):
+        return False
+    return any(question.get("instructions") == fault["oom_when_asked"] for question in row["questions"].values())
+
+
 def _fixture_sleep_seconds(fault):
     if not isinstance(fault, Mapping) or "sleep_seconds" not in fault:
         return None
@@ -375,7 +387,7 @@ class HFBackend:
         start = time.perf_counter()
         batch = batch.to(self.device)
         # FIXTURE-ONLY fault triggers (see the module docstring): raised with the batch alive on the device.
-        if fault == "oom":
+        if _fixture_oom_here(row, fault):
             raise torch.cuda.OutOfMemoryError(FIXTURE_OOM_MESSAGE)
         if fault == "runtime":
             raise RuntimeError(FIXTURE_RUNTIME_MESSAGE)

@@ -38,12 +38,14 @@ def triton(fixture_pins, tmp_path_factory) -> TritonServer:
 SHIM_TOKEN = "integration-token-0123456789-abcdefghij"
 SHIM_MAX_QUEUE = 2
 SHIM_MAX_BODY_BYTES = 256 * 1024
+SHIM_BODY_TIMEOUT_SECONDS = 2
 
 
 @pytest.fixture(scope="session")
 def shim(triton, tmp_path_factory) -> ShimServer:
     env = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_MAX_QUEUE": str(SHIM_MAX_QUEUE),
-           "INTERN_DECISION_MAX_BODY_BYTES": str(SHIM_MAX_BODY_BYTES)}
+           "INTERN_DECISION_MAX_BODY_BYTES": str(SHIM_MAX_BODY_BYTES),
+           "INTERN_DECISION_BODY_TIMEOUT_SECONDS": str(SHIM_BODY_TIMEOUT_SECONDS)}
     server = ShimServer(triton, env, tmp_path_factory.mktemp("shim") / "shim.log").start()
     try:
         server.wait_ready(timeout=60)

@@ -159,6 +159,7 @@ def test_past_the_queue_a_post_is_429_busy(shim):
     for thread in threads:
         thread.join()
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "busy"
+    assert refused.headers["retry-after"] == "1"
     assert results == [200] * SHIM_MAX_QUEUE
 
 
@@ -185,6 +186,7 @@ def test_health_reports_the_models_facts(http, fixture_pins):
     assert health["model"]["revision"] == fixture_pins.revision
     assert health["model"]["inference_sha256"] == fixture_pins.inference_sha256
     assert health["max_tokens"] == TEST_MAX_TOKENS and health["vram_cap_gib"] is None
+    assert health["model"]["pinned"] is False  # the fixture overrides the pins, with the opt-in
     assert health["max_questions_per_call"] == 16 and health["workloads"] == []
 
 

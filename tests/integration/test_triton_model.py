@@ -281,6 +281,7 @@ def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pin
     assert dict(info[0])["vision_tower"] == "removed"
     # on the CPU the fast linear-attention kernels are neither expected nor refused
     assert (dict(info[0])["linear_attention"], dict(info[0])["slow_kernels_allowed"]) == ("reference", "false")
+    assert dict(info[0])["pinned"] == "false"  # the fixture overrides the pins, with the opt-in
 
 
 def refused_start(fixture_pins, tmp_path, **overrides) -> tuple[int, str]:
@@ -290,6 +291,13 @@ def refused_start(fixture_pins, tmp_path, **overrides) -> tuple[int, str]:
     finally:
         server.stop()
     return code, server.log_text()
+
+
+def test_overriding_the_pins_without_the_opt_in_refuses_to_start(fixture_pins, tmp_path):
+    code, log = refused_start(fixture_pins, tmp_path, INTERN_DECISION_ALLOW_UNPINNED="0")
+    assert code != 0
+    assert ("startup refused: ValueError: INTERN_DECISION_REVISION, INTERN_DECISION_INFERENCE_SHA256, "
+            "INTERN_DECISION_DTYPE override the contract's pins; set INTERN_DECISION_ALLOW_UNPINNED=1") in log
 
 
 def test_wrong_inference_hash_makes_the_server_refuse_to_start(fixture_pins, tmp_path):

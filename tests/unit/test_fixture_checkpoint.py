@@ -549,6 +549,16 @@ def test_oom_trigger(engine):
     assert str(caught.value) == "CUDA out of memory. Tried to allocate 20.00 GiB (fixture fault)"
 
 
+def test_oom_when_asked_trigger_fails_only_the_call_that_asks_that_question(engine):
+    fault = {"oom_when_asked": "the fatal question?"}
+    asked = {"a": {"type": "choice", "instructions": "a harmless question?", "criteria": {"x": "X", "y": "Y"}},
+             "b": {"type": "noul", "instructions": "the fatal question?"}}
+    with pytest.raises(torch.cuda.OutOfMemoryError, match="fixture fault"):
+        engine.predict(_faulty(fault, asked))
+    del asked["b"]
+    assert set(engine.predict(_faulty(fault, asked))["answers"]) == {"a"}
+
+
 def test_runtime_trigger(engine):
     with pytest.raises(RuntimeError) as caught:
         engine.predict(_faulty("runtime"))
