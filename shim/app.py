@@ -153,9 +153,8 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
         return JSONResponse(envelope(code, exc.detail), status_code=exc.status_code, headers=exc.headers)
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        """Starlette's last resort (ServerErrorMiddleware): it re-raises afterwards, so the server logs the traceback."""
-        log.error("%s %s: failed while building the response: %s", request.method, request.url.path,
-                  type(exc).__name__)
+        """Starlette's last resort (ServerErrorMiddleware, inside RequestId and the access line)."""
+        log.exception("%s %s: failed while building the response", request.method, request.url.path)
         status, code = SCORING_FAILED
         return JSONResponse(envelope(code, f"failed while building the response: {type(exc).__name__}"),
                             status_code=status)
