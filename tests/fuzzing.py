@@ -23,6 +23,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, negativ
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
 
+
 @dataclass
 class Tally:
     """What a run sent and got back: cases per operation and mode, statuses seen."""
