@@ -1,10 +1,11 @@
 """The architecture's floor: a bare Starlette route that sends its body to the echo model as one inference request
 over the shim's own HTTP/1.1 connection and answers what comes back; no auth, validation, planning or results.
 
-    python bench/floor_app.py TRITON_HOST:PORT LISTEN_PORT
+    python bench/floor_app.py TRITON_HOST:PORT LISTEN_PORT    (Triton's key in INTERN_DECISION_TRITON_API_KEY)
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -16,6 +17,7 @@ from starlette.routing import Route
 from tritonclient.http import InferenceServerClient, InferInput
 
 from shim.http1 import Http1Connection
+from wire.ping import API_KEY_HEADER
 
 
 def create_app(triton_address: str) -> Starlette:
@@ -27,7 +29,8 @@ def create_app(triton_address: str) -> Starlette:
         tensor.set_data_from_numpy(np.array([await request.body()], dtype=np.object_))
         body, json_size = InferenceServerClient.generate_request_body([tensor])
         answer = await connection.request("POST", "/v2/models/echo/infer", 30.0, body,
-                                          {"Inference-Header-Content-Length": str(json_size)})
+                                          {"Inference-Header-Content-Length": str(json_size),
+                                           API_KEY_HEADER: os.environ["INTERN_DECISION_TRITON_API_KEY"]})
         return Response(answer.body, status_code=answer.status, media_type="application/octet-stream")
 
     async def ready(request: Request) -> Response:

@@ -104,16 +104,18 @@ class FloorApp(ManagedProcess):
     def __init__(self, triton: TritonServer, log_path: Path):
         self.port = free_port()
         super().__init__("floor", [sys.executable, str(BENCH / "floor_app.py"), triton.http_url, str(self.port)],
-                         {**os.environ, "PYTHONPATH": str(REPO_ROOT)}, log_path,
+                         {**os.environ, "PYTHONPATH": str(REPO_ROOT), "INTERN_DECISION_TRITON_API_KEY": triton.api_key},
+                         log_path,
                          f"http://127.0.0.1:{self.port}/health")
 
 
 class DirectTriton:
     """The calls straight to the model with tritonclient, as the model's protocol version wants them."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, headers: dict[str, str]):
         self.client = httpclient.InferenceServerClient(url)
-        dims = self.client.get_model_config("intern_decision")["input"][0]["dims"]
+        self.headers = headers
+        dims = self.client.get_model_config("intern_decision", headers=headers)["input"][0]["dims"]
         self.one_request_per_http_request = [int(d) for d in dims] == [-1]
 
     def forward_ms(self, requests: list[dict]) -> tuple[float, float]:
@@ -125,7 +127,7 @@ class DirectTriton:
         for batch in batches:
             tensor = httpclient.InferInput("REQUEST", [len(batch)], "BYTES")
             tensor.set_data_from_numpy(np.array(batch, dtype=np.object_))
-            answers += [json.loads(a) for a in self.client.infer("intern_decision", [tensor]).as_numpy("RESPONSE")]
+            answers += [json.loads(a) for a in self.client.infer("intern_decision", [tensor], headers=self.headers).as_numpy("RESPONSE")]
         elapsed = (time.perf_counter() - started) * 1000
         return elapsed, sum(answer["timing"]["inference_ms"] for answer in answers)
 
@@ -156,7 +158,8 @@ def measure(args) -> dict:
     env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32", "OMP_NUM_THREADS": "1"})
     torch.set_num_threads(1)
     logs = REPO_ROOT / ".cache" / "bench"
-    triton = TritonServer(env, logs / "tritonserver.log", model_repository=bench_model_repository())
+    triton = TritonServer(env, logs / "tritonserver.log", model_repository=bench_model_repository(),
+                          models=("intern_decision", "echo"))
     triton.start().wait_ready(300)
     shim = ShimServer(triton, {"INTERN_DECISION_API_TOKEN": TOKEN}, logs / "shim.log").start()
     floor = FloorApp(triton, logs / "floor.log").start()
@@ -165,7 +168,7 @@ def measure(args) -> dict:
         shim.wait_ready(60)
         floor.wait_ready(60)
         engine = load_fixture_engine(pins.checkpoint)
-        direct = DirectTriton(triton.http_url)
+        direct = DirectTriton(triton.http_url, triton.key_header)
         # The stdlib client with a kept-alive connection, so that the caller's own HTTP library is not measured.
         shim_http = HTTPConnection("127.0.0.1", shim.port, timeout=300)
         floor_http = HTTPConnection("127.0.0.1", floor.port, timeout=300)

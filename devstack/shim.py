@@ -14,6 +14,7 @@ def shim_environment(triton: TritonServer, extra: dict[str, str]) -> dict[str, s
     env.update({
         "INTERN_DECISION_TRITON_URL": triton.http_url,
         "INTERN_DECISION_TRITON_METRICS_URL": triton.metrics_url,
+        "INTERN_DECISION_TRITON_API_KEY": triton.api_key,
     })
     env.update(extra)
     return env

@@ -4,21 +4,37 @@ Three things the wheel leaves to its own launcher are done here: the python back
 interpreter's version is copied next to the backend, the venv's bin/ goes first on PATH (the stub runs an
 isolated interpreter that ignores PYTHONPATH and finds its site-packages through the python3 on PATH), and
 LD_LIBRARY_PATH points at this interpreter's libpython so the stub links the same build as the venv's stdlib.
+
+Triton is locked as in production: loopback only, the model loaded explicitly (so that the shim can reload it when
+its stub dies), and every API but health and metadata behind a key generated per start, which the shim is given
+too (INTERN_DECISION_TRITON_API_KEY). The python backend's shared-memory regions carry a prefix of this server's
+own, so that stop() removes whatever a dead stub left in /dev/shm.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from wire.ping import API_KEY_HEADER
+from wire.protocol import MODEL_NAME
+
 from devstack.process import ManagedProcess, free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
+SHARED_MEMORY = Path("/dev/shm")
+# Every API but health (readiness) and metadata needs the key; /metrics is a port of its own and stays open.
+RESTRICTED_APIS = ("inference", "model-repository", "model-config", "shared-memory", "logging", "statistics", "trace")
+# How long tritonserver waits for inferences in flight when asked to stop; a dead stub holds it this long.
+EXIT_TIMEOUT_SECONDS = 5
 
 
 def bundled_server_root() -> Path:
@@ -56,19 +72,26 @@ class Ports:
         return cls(free_port(), free_port(), free_port())
 
 
-def server_command(ports: Ports, model_repository: Path = MODEL_REPOSITORY, config_name: str | None = "cpu",
-                   root: Path | None = None) -> list[str]:
+def server_command(ports: Ports, api_key: str, shm_prefix: str, model_repository: Path = MODEL_REPOSITORY,
+                   config_name: str | None = "cpu", root: Path | None = None,
+                   models: tuple[str, ...] = (MODEL_NAME,)) -> list[str]:
     """config_name None: the model's own config.pbtxt (production); else configs/<config_name>.pbtxt."""
     root = root or bundled_server_root()
     config = [f"--model-config-name={config_name}"] if config_name else []
+    restricted = f"{','.join(RESTRICTED_APIS)}:{API_KEY_HEADER}={api_key}"
     return [
         str(root / "bin" / "tritonserver"),
         f"--model-repository={model_repository}",
         f"--backend-directory={root / 'backends'}",
         *config,
+        "--model-control-mode=explicit", *(f"--load-model={model}" for model in models),
         "--http-address=127.0.0.1", f"--http-port={ports.http}",
         "--grpc-address=127.0.0.1", f"--grpc-port={ports.grpc}",
         "--metrics-address=127.0.0.1", f"--metrics-port={ports.metrics}",
+        f"--http-restricted-api={restricted}",
+        f"--grpc-restricted-protocol={restricted}",
+        f"--exit-timeout-secs={EXIT_TIMEOUT_SECONDS}",
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
         "--allow-gpu-metrics=false",
         "--pinned-memory-pool-byte-size=0",
         "--disable-auto-complete-config",
@@ -94,7 +117,7 @@ def interpreter_libdir(python: str | None = None) -> str:
 def server_environment(extra: dict[str, str] | None = None, python: str | None = None) -> dict[str, str]:
     """The server's environment for the stub to run ``python``'s environment (default: this interpreter's)."""
     python = python or sys.executable
-    env = dict(os.environ)
+    env = {name: value for name, value in os.environ.items() if name != "INTERN_DECISION_API_TOKEN"}  # the shim's alone
     venv_bin = str(Path(python).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
     libdir = interpreter_libdir(python)
@@ -107,15 +130,21 @@ def server_environment(extra: dict[str, str] | None = None, python: str | None =
 class TritonServer(ManagedProcess):
     """tritonserver with the model repository on the CPU config (or another), ready when /v2/health/ready answers.
 
-    root and python default to this environment's nvidia-pytriton and interpreter.
+    root and python default to this environment's nvidia-pytriton and interpreter. api_key: the value of the
+    triton-api-key header its restricted APIs require; a new random one by default.
     """
 
     def __init__(self, env: dict[str, str], log_path: Path, ports: Ports | None = None,
                  model_repository: Path = MODEL_REPOSITORY, config_name: str | None = "cpu",
-                 root: Path | None = None, python: str | None = None):
+                 root: Path | None = None, python: str | None = None, models: tuple[str, ...] = (MODEL_NAME,),
+                 api_key: str | None = None):
         self.ports = ports or Ports.free()
-        super().__init__("tritonserver", server_command(self.ports, model_repository, config_name, root),
-                         server_environment(env, python), log_path, f"http://{self.http_url}/v2/health/ready")
+        self.api_key = api_key or secrets.token_urlsafe(32)
+        self.shm_prefix = f"intern_decision_{secrets.token_hex(6)}_"
+        command = server_command(self.ports, self.api_key, self.shm_prefix, model_repository, config_name, root,
+                                 models)
+        super().__init__("tritonserver", command, server_environment(env, python), log_path,
+                         f"http://{self.http_url}/v2/health/ready")
 
     @property
     def http_url(self) -> str:
@@ -124,3 +153,21 @@ class TritonServer(ManagedProcess):
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.ports.metrics}/metrics"
+
+    @property
+    def key_header(self) -> dict[str, str]:
+        return {API_KEY_HEADER: self.api_key}
+
+    def shared_memory_regions(self) -> list[Path]:
+        """This server's python backend regions in /dev/shm (a stub that died leaves its region behind)."""
+        return sorted(SHARED_MEMORY.glob(self.shm_prefix + "*"))
+
+    def stop(self, timeout: float = EXIT_TIMEOUT_SECONDS + 10.0) -> int | None:
+        code = super().stop(timeout)
+        if self.pid is not None:
+            # A stub orphaned in the middle of a request (its server killed) hangs, holding the server's sockets.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+        for region in self.shared_memory_regions():
+            region.unlink(missing_ok=True)
+        return code

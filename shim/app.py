@@ -29,6 +29,7 @@ from .service import DecisionService
 from .settings import ShimSettings
 from .triton import TritonModel
 from .validation import InvalidRequest, decide_body, parse_json, shared_body
+from .watch import ModelWatch
 
 log = logging.getLogger("intern_decision.shim")
 
@@ -76,17 +77,19 @@ def openapi_document() -> bytes:
 
 
 def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics | None = None) -> Starlette:
-    """model: anything with TritonModel's async predict_calls/ready/facts/open/close (a fake in unit tests).
-    metrics: the series this app updates (a fresh set when None); python -m shim serves their registry."""
+    """model: anything with TritonModel's async predict_calls/ready/facts/ping/reload/open/close (a fake in unit
+    tests). metrics: the series this app updates (a fresh set when None); python -m shim serves their registry."""
     model = model if model is not None else TritonModel(settings)
     metrics = metrics if metrics is not None else ShimMetrics()
     openapi = openapi_document()
-    service = DecisionService(model, settings.max_decisions, metrics)
+    lock = asyncio.Lock()  # INV-2: one request's calls at a time; the watch pings under it too
+    watch = ModelWatch(model, lock, settings.probe_seconds)
+    service = DecisionService(watch, settings.max_decisions, metrics, lock)
     facts = FactsCache(model)
 
     async def check_model() -> tuple[str | None, ModelFacts | None]:
         """(why the model is not usable, or None; its facts when it is), as /health says; sets model_up."""
-        not_ready, cached_facts = await model.ready(), None
+        not_ready, cached_facts = watch.down or await model.ready(), None
         if not_ready is None:
             try:
                 cached_facts = await facts.get()
@@ -162,13 +165,16 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         await model.open()
-        checker = asyncio.create_task(keep_checking_model(), name="model-check")
+        tasks = [asyncio.create_task(keep_checking_model(), name="model-check"),
+                 asyncio.create_task(watch.run(), name="model-watch")]
         try:
             yield
         finally:
-            checker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await checker
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await model.close()
 
     app = ShimApp(
@@ -187,4 +193,5 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
         lifespan=lifespan,
     )
     app.router.redirect_slashes = False  # /decide/ is 404 not_found, never a redirect
+    app.state.watch = watch
     return app

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from .access import note_usage
 from .combining import IncompleteAnswer, averaged_result, ordering_result
 from .errors import ApiError, Unreachable
+from .watch import ModelDown
 from .metrics import TRITON_ERROR_KINDS, ShimMetrics
 from .planning import Call, plan
 from .validation import Decision
@@ -19,11 +20,11 @@ class Model(Protocol):
 
 
 class DecisionService:
-    def __init__(self, model: Model, max_decisions: int, metrics: ShimMetrics):
+    def __init__(self, model: Model, max_decisions: int, metrics: ShimMetrics, lock: asyncio.Lock | None = None):
         self._model = model
         self._max_decisions = max_decisions
         self._metrics = metrics
-        self._lock = asyncio.Lock()
+        self._lock = lock or asyncio.Lock()
 
     async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], list[dict]]:
         calls = plan(decisions, self._max_decisions)
@@ -37,6 +38,8 @@ class DecisionService:
             self._metrics.queued.dec()
         try:
             answers = await self._model.predict_calls(requests, request_id)
+        except ModelDown:
+            raise  # refused by the watch: nothing reached Triton
         except ApiError as exc:
             self._metrics.triton_error(_error_kind(exc))
             raise

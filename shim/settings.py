@@ -24,19 +24,19 @@ class ShimSettings:
     model_name: str
     call_timeout_seconds: float
     health_timeout_seconds: float
+    triton_api_key: str
+    probe_seconds: float
     body_timeout_seconds: float = 5.0
 
-    def __repr__(self) -> str:  # never print the token
+    def __repr__(self) -> str:  # never print the token or the key
         return f"ShimSettings(model_name={self.model_name!r}, triton_url={self.triton_url!r}, ...)"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "ShimSettings":
-        token = env.get(PREFIX + "API_TOKEN", "")
-        if not token:
-            raise ValueError(f"{PREFIX}API_TOKEN is required")
-        if len(token) < MIN_TOKEN_LENGTH or not _VISIBLE_ASCII.fullmatch(token):
-            raise ValueError(f"{PREFIX}API_TOKEN must be at least {MIN_TOKEN_LENGTH} visible ASCII characters "
-                             f"(33..126), got {len(token)} characters")
+        token = _secret(env, "API_TOKEN")
+        triton_api_key = _secret(env, "TRITON_API_KEY")
+        if triton_api_key == token:  # the key sits on tritonserver's command line; the token must never
+            raise ValueError(f"{PREFIX}TRITON_API_KEY must differ from {PREFIX}API_TOKEN")
         triton_url = env.get(PREFIX + "TRITON_URL", "") or "127.0.0.1:8000"
         if not _HOST_PORT.fullmatch(triton_url) or not 1 <= int(triton_url.rsplit(":", 1)[1]) <= 65535:
             raise ValueError(f"{PREFIX}TRITON_URL must be host:port without a scheme, got {triton_url!r}")
@@ -57,7 +57,20 @@ class ShimSettings:
             call_timeout_seconds=_seconds(env, "CALL_TIMEOUT_SECONDS", 120.0),
             health_timeout_seconds=_seconds(env, "HEALTH_TIMEOUT_SECONDS", 2.0),
             body_timeout_seconds=_seconds(env, "BODY_TIMEOUT_SECONDS", 5.0),
+            triton_api_key=triton_api_key,
+            probe_seconds=_seconds(env, "PROBE_SECONDS", 5.0),
         )
+
+
+def _secret(env: Mapping[str, str], name: str) -> str:
+    """A required secret: at least MIN_TOKEN_LENGTH visible ASCII characters; the message never shows it."""
+    value = env.get(PREFIX + name, "")
+    if not value:
+        raise ValueError(f"{PREFIX}{name} is required")
+    if len(value) < MIN_TOKEN_LENGTH or not _VISIBLE_ASCII.fullmatch(value):
+        raise ValueError(f"{PREFIX}{name} must be at least {MIN_TOKEN_LENGTH} visible ASCII characters "
+                         f"(33..126), got {len(value)} characters")
+    return value
 
 
 def _integer(env: Mapping[str, str], name: str, default: int) -> int:

@@ -1,9 +1,10 @@
 """The model behind Triton (the wire protocol: wire/, docs/wire-protocol.md).
 
 tritonclient builds and parses the binary KServe v2 bodies; they travel over kept-alive HTTP/1.1 connections of our
-own (http1), one for inferences and one for health, so /health never waits behind an inference. A request's calls
-go to the model as one inference request. The model facts come from the info gauge on Triton's metrics port, which
-Triton serves itself.
+own (http1): one for inferences, one for health, so /health never waits behind an inference, and one for the
+watch's pings and reloads (shim/watch.py). A request's calls go to the model as one inference request. The model
+facts come from the info gauge on Triton's metrics port, which Triton serves itself. Inference and the model
+repository are restricted APIs: those calls carry the key (INTERN_DECISION_TRITON_API_KEY); readiness is open.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import httptools
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.http import InferenceServerClient, InferInput
-from wire import strict_json
+from wire import ping, strict_json
 from wire.facts import INFO_METRIC, ModelFacts
 from wire.protocol import REQUEST, RESPONSE
 
@@ -22,9 +23,12 @@ from .combining import IncompleteAnswer
 from .errors import from_triton, model_unavailable, unreachable
 from .http1 import Http1Connection
 from .settings import ShimSettings
+from .watch import Probe
 
 TRANSPORT_ERRORS = (OSError, TimeoutError, httptools.HttpParserError)
 JSON_HEADERS = {"Accept": "application/json"}
+# Loading the model runs its whole startup (weights, checks, warm-up); Triton answers the load call when it is done.
+LOAD_TIMEOUT_SECONDS = 900.0
 
 
 def facts_from_metrics(text: str, model_name: str) -> ModelFacts | None:
@@ -47,9 +51,12 @@ def _host_port(address: str) -> tuple[str, int]:
 class TritonModel:
     def __init__(self, settings: ShimSettings):
         self._settings = settings
-        self._infer_path = f"/v2/models/{settings.model_name}/infer"
+        self._infer_path = ping.infer_path(settings.model_name)
+        self._repository_path = f"/v2/repository/models/{settings.model_name}"
+        self._key = {ping.API_KEY_HEADER: settings.triton_api_key}
         self._inference = Http1Connection(*_host_port(settings.triton_url))
         self._health = Http1Connection(*_host_port(settings.triton_url))
+        self._control = Http1Connection(*_host_port(settings.triton_url))
         metrics = urlsplit(settings.metrics_url)
         self._metrics = Http1Connection(metrics.hostname, metrics.port or 80)
         self._metrics_target = metrics.path + (f"?{metrics.query}" if metrics.query else "")
@@ -58,7 +65,7 @@ class TritonModel:
         """Connections open on first use."""
 
     async def close(self) -> None:
-        for connection in (self._inference, self._health, self._metrics):
+        for connection in (self._inference, self._health, self._control, self._metrics):
             await connection.close()
 
     async def predict_calls(self, requests: list[dict], request_id: str) -> list[dict]:
@@ -67,7 +74,8 @@ class TritonModel:
         tensor = InferInput(REQUEST, [len(requests)], "BYTES")
         tensor.set_data_from_numpy(np.array([strict_json.dumps(request) for request in requests], dtype=np.object_))
         body, json_size = InferenceServerClient.generate_request_body([tensor], request_id=request_id)
-        headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size)}
+        headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size),
+                   **self._key}
         timeout = self._settings.call_timeout_seconds * len(requests)
         try:
             response = await self._inference.request("POST", self._infer_path, timeout, body, headers)
@@ -99,6 +107,33 @@ class TritonModel:
                 return f"the model {self._settings.model_name!r} is not ready"
         except TRANSPORT_ERRORS as exc:
             return f"Triton did not answer: {type(exc).__name__}: {exc}"
+        return None
+
+    async def ping(self) -> Probe:
+        """Whether the model answers a ping (wire/ping.py), and when not whether a reload may heal it."""
+        timeout = self._settings.health_timeout_seconds
+        try:
+            response = await self._control.request("POST", self._infer_path, timeout, ping.BODY,
+                                                   ping.headers(self._settings.triton_api_key))
+        except TimeoutError:
+            return Probe(False, f"the model did not answer a ping within {timeout:g} s")
+        except TRANSPORT_ERRORS as exc:
+            return Probe(False, f"Triton did not answer: {type(exc).__name__}: {exc}")
+        problem = ping.pong_error(response.status, response.body)
+        if problem is None:
+            return Probe(True)
+        return Probe(False, f"the model does not answer a ping: {problem}", reloadable=True)
+
+    async def reload(self) -> str | None:
+        """Unload the model, then load it again (a new stub process); None when loaded, else why not."""
+        for action, timeout in (("unload", self._settings.health_timeout_seconds), ("load", LOAD_TIMEOUT_SECONDS)):
+            try:
+                response = await self._control.request("POST", f"{self._repository_path}/{action}", timeout,
+                                                       b"{}", {"Content-Type": "application/json", **self._key})
+            except TRANSPORT_ERRORS as exc:
+                return f"{action}: Triton did not answer: {type(exc).__name__}: {exc}"
+            if response.status != 200:
+                return f"{action}: Triton answered {response.status}: {_triton_error(response.body)}"
         return None
 
     async def facts(self) -> ModelFacts:

@@ -43,9 +43,11 @@ SHIM_BODY_TIMEOUT_SECONDS = 2
 
 @pytest.fixture(scope="session")
 def shim(triton, tmp_path_factory) -> ShimServer:
+    # No idle pings from the session's shim: the model's tests count Triton's inference requests.
     env = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_MAX_QUEUE": str(SHIM_MAX_QUEUE),
            "INTERN_DECISION_MAX_BODY_BYTES": str(SHIM_MAX_BODY_BYTES),
-           "INTERN_DECISION_BODY_TIMEOUT_SECONDS": str(SHIM_BODY_TIMEOUT_SECONDS)}
+           "INTERN_DECISION_BODY_TIMEOUT_SECONDS": str(SHIM_BODY_TIMEOUT_SECONDS),
+           "INTERN_DECISION_PROBE_SECONDS": "3600"}
     server = ShimServer(triton, env, tmp_path_factory.mktemp("shim") / "shim.log").start()
     try:
         server.wait_ready(timeout=60)

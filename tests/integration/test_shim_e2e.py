@@ -195,7 +195,8 @@ def test_triton_unreachable_is_502_and_health_503(tmp_path):
 
     dead = free_port()  # nothing listens here
     port = free_port()
-    env = dict(os.environ, INTERN_DECISION_API_TOKEN=SHIM_TOKEN, INTERN_DECISION_TRITON_URL=f"127.0.0.1:{dead}",
+    env = dict(os.environ, INTERN_DECISION_API_TOKEN=SHIM_TOKEN, INTERN_DECISION_TRITON_API_KEY="k" * 32,
+               INTERN_DECISION_TRITON_URL=f"127.0.0.1:{dead}",
                INTERN_DECISION_TRITON_METRICS_URL=f"http://127.0.0.1:{dead}/metrics")
     shim = ManagedProcess("shim", [sys.executable, "-m", "shim", "--port", str(port)], env,
                           tmp_path / "shim.log", f"http://127.0.0.1:{port}/").start()

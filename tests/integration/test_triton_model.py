@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from devstack.triton import TritonServer
+from wire.ping import ping
+from wire.protocol import OUTCOMES
 
 from .conftest import TEST_MAX_TOKENS, model_env
 
@@ -46,7 +48,7 @@ def infer_calls(server: TritonServer, payloads: list, request_id: str = "") -> l
     tensor = httpclient.InferInput("REQUEST", [len(raws)], "BYTES")
     tensor.set_data_from_numpy(np.array(raws, dtype=np.object_))
     with httpclient.InferenceServerClient(server.http_url) as client:
-        result = client.infer(MODEL, [tensor], request_id=request_id)
+        result = client.infer(MODEL, [tensor], request_id=request_id, headers=server.key_header)
     return [json.loads(answer) for answer in result.as_numpy("RESPONSE")]
 
 
@@ -134,7 +136,7 @@ def test_unusable_request_strings_are_invalid_argument(triton, raw, message):
 def test_missing_input_tensor_is_invalid_argument(triton):
     with httpclient.InferenceServerClient(triton.http_url) as client:
         with pytest.raises(InferenceServerException) as caught:
-            client.infer(MODEL, [])
+            client.infer(MODEL, [], headers=triton.key_header)
     assert caught.value.status() == "400"
     assert caught.value.message() == "invalid_request: call 0: the request carries no REQUEST tensor"
 
@@ -174,9 +176,13 @@ def test_a_failed_call_stops_the_request_there_and_names_the_call(triton):
     assert settled_call_counts(triton, before, {"ok": 1, "invalid": 1, "out_of_memory": 0, "failed": 0})
 
 
-def test_an_empty_request_tensor_is_invalid(triton):
-    error = infer_calls_error(triton, [])
-    assert (error.status(), error.message()) == ("400", "invalid_request: call 0: REQUEST holds no calls")
+def test_an_empty_request_tensor_is_a_ping_answered_empty_that_runs_and_counts_no_call(triton):
+    before = quiet_metrics(triton)
+    assert infer_calls(triton, []) == []
+    assert ping(triton.http_url, MODEL, triton.api_key, timeout=5) is None
+    after = quiet_metrics(triton)
+    assert {outcome: calls(after, outcome) - calls(before, outcome) for outcome in OUTCOMES} == \
+        {outcome: 0 for outcome in OUTCOMES}
 
 
 def call_log(server: TritonServer) -> dict[str, dict]:

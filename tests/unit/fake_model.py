@@ -9,6 +9,7 @@ import asyncio
 import math
 
 from shim.errors import ApiError
+from shim.watch import Probe
 from wire.facts import ModelFacts
 
 FACTS = {"name": "Fake-Decision", "repo": "internlm/Intern-Decision-4B", "revision": "f" * 40,
@@ -40,6 +41,10 @@ class FakeModel:
         self.max_active = 0
         self.is_ready: str | None = None
         self.opened = False
+        self.probes: list[Probe] = []  # what the next pings answer, in order; then Probe(True)
+        self.pings = 0
+        self.reload_problems: list[str | None] = []  # what the next reloads answer, in order; then None
+        self.reloads = 0
 
     def answer_for(self, request: dict) -> dict:
         answers = {}
@@ -84,6 +89,16 @@ class FakeModel:
 
     async def ready(self) -> str | None:
         return self.is_ready
+
+    async def ping(self) -> Probe:
+        self.pings += 1
+        await asyncio.sleep(0)
+        return self.probes.pop(0) if self.probes else Probe(True)
+
+    async def reload(self) -> str | None:
+        self.reloads += 1
+        await asyncio.sleep(0)
+        return self.reload_problems.pop(0) if self.reload_problems else None
 
     async def facts(self) -> ModelFacts:
         return ModelFacts(**FACTS)

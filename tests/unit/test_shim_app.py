@@ -27,7 +27,7 @@ def anyio_backend():
 
 
 def make_settings(**env: str) -> ShimSettings:
-    values = {"INTERN_DECISION_API_TOKEN": TOKEN}
+    values = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "triton-key-for-tests-0123456789abcd"}
     values.update({f"INTERN_DECISION_{key.upper()}": value for key, value in env.items()})
     return ShimSettings.from_env(values)
 

@@ -4,26 +4,44 @@ import pytest
 from shim.settings import ShimSettings
 
 TOKEN = "t" * 32
+KEY = "k" * 32
+SECRETS = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": KEY}
 
 
 def test_defaults():
-    settings = ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN})
+    settings = ShimSettings.from_env(SECRETS)
     assert (settings.max_decisions, settings.max_body_bytes, settings.max_queue) == (64, 1024 * 1024, 32)
     assert settings.triton_url == "127.0.0.1:8000" and settings.model_name == "intern_decision"
     assert settings.metrics_url == "http://127.0.0.1:8002/metrics"
-    assert TOKEN not in repr(settings)
+    assert settings.triton_api_key == KEY and settings.probe_seconds == 5.0
+    assert TOKEN not in repr(settings) and KEY not in repr(settings)
 
 
 @pytest.mark.parametrize("token", ["", "t" * 31, "t" * 31 + " ", "t" * 31 + "\x7f", "t" * 31 + "é",
                                    "t" * 16 + "\n" + "t" * 16, "t" * 32 + "\x00"])
 def test_a_short_or_non_visible_token_is_refused(token):
     with pytest.raises(ValueError, match="INTERN_DECISION_API_TOKEN"):
-        ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": token})
+        ShimSettings.from_env({**SECRETS, "INTERN_DECISION_API_TOKEN": token})
 
 
 def test_the_full_visible_range_is_accepted():
     token = "".join(chr(code) for code in range(33, 127))
-    assert ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": token}).api_token == token
+    assert ShimSettings.from_env({**SECRETS, "INTERN_DECISION_API_TOKEN": token}).api_token == token
+    key = token[::-1]
+    assert ShimSettings.from_env({**SECRETS, "INTERN_DECISION_TRITON_API_KEY": key}).triton_api_key == key
+
+
+@pytest.mark.parametrize("key", ["", "k" * 31, "k" * 31 + " ", "k" * 31 + "\x7f", "k" * 31 + "é",
+                                 "k" * 16 + "\n" + "k" * 16, "k" * 32 + "\x00"])
+def test_a_missing_short_or_non_visible_triton_api_key_is_refused_without_showing_it(key):
+    with pytest.raises(ValueError, match="INTERN_DECISION_TRITON_API_KEY") as refused:
+        ShimSettings.from_env({**SECRETS, "INTERN_DECISION_TRITON_API_KEY": key})
+    assert not key or key not in str(refused.value)
+
+
+def test_the_triton_api_key_must_differ_from_the_token():
+    with pytest.raises(ValueError, match="INTERN_DECISION_TRITON_API_KEY must differ from INTERN_DECISION_API_TOKEN"):
+        ShimSettings.from_env({**SECRETS, "INTERN_DECISION_TRITON_API_KEY": TOKEN})
 
 
 @pytest.mark.parametrize("name, value", [
@@ -33,27 +51,43 @@ def test_the_full_visible_range_is_accepted():
     ("TRITON_URL", "triton:65536"),
     ("TRITON_METRICS_URL", "127.0.0.1:8002/metrics"), ("MODEL_NAME", "a b"),
     ("CALL_TIMEOUT_SECONDS", "0"), ("CALL_TIMEOUT_SECONDS", "inf"), ("HEALTH_TIMEOUT_SECONDS", "soon"),
+    ("PROBE_SECONDS", "0"), ("PROBE_SECONDS", "-5"), ("PROBE_SECONDS", "nan"),
 ])
 def test_a_bad_value_is_refused_naming_the_variable(name, value):
     with pytest.raises(ValueError, match=f"INTERN_DECISION_{name} "):
-        ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN, f"INTERN_DECISION_{name}": value})
+        ShimSettings.from_env({**SECRETS, f"INTERN_DECISION_{name}": value})
 
 
 def test_explicit_values_are_taken():
     settings = ShimSettings.from_env({
-        "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_MAX_DECISIONS": "8",
+        **SECRETS, "INTERN_DECISION_MAX_DECISIONS": "8", "INTERN_DECISION_PROBE_SECONDS": "0.5",
         "INTERN_DECISION_MAX_BODY_BYTES": "2048", "INTERN_DECISION_MAX_QUEUE": "2",
         "INTERN_DECISION_TRITON_URL": "triton:8000", "INTERN_DECISION_CALL_TIMEOUT_SECONDS": "2.5"})
     assert (settings.max_decisions, settings.max_body_bytes, settings.max_queue) == (8, 2048, 2)
     assert settings.triton_url == "triton:8000" and settings.call_timeout_seconds == 2.5
+    assert settings.probe_seconds == 0.5
 
 
 def test_the_entry_point_refuses_a_bad_token_before_serving(monkeypatch, capsys):
     from shim.__main__ import main
 
     monkeypatch.setenv("INTERN_DECISION_API_TOKEN", "short")
+    monkeypatch.setenv("INTERN_DECISION_TRITON_API_KEY", KEY)
     assert main(["--port", "8080"]) == 2
     assert "refusing to start: INTERN_DECISION_API_TOKEN" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", [None, "short"])
+def test_the_entry_point_refuses_a_missing_or_short_triton_api_key_before_serving(monkeypatch, capsys, key):
+    from shim.__main__ import main
+
+    monkeypatch.setenv("INTERN_DECISION_API_TOKEN", TOKEN)
+    if key is None:
+        monkeypatch.delenv("INTERN_DECISION_TRITON_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("INTERN_DECISION_TRITON_API_KEY", key)
+    assert main(["--port", "8080"]) == 2
+    assert "refusing to start: INTERN_DECISION_TRITON_API_KEY" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("port", ["0", "65536", "80a", "８０"])
@@ -61,5 +95,6 @@ def test_the_entry_point_refuses_a_bad_port(monkeypatch, capsys, port):
     from shim.__main__ import main
 
     monkeypatch.setenv("INTERN_DECISION_API_TOKEN", TOKEN)
+    monkeypatch.setenv("INTERN_DECISION_TRITON_API_KEY", KEY)
     assert main(["--port", port]) == 2
     assert "INTERN_DECISION_PORT must be a port number" in capsys.readouterr().err

@@ -2,7 +2,8 @@
 
 REQUEST is a string tensor [n], one predict() request per element in run order; execute runs them one after another
 and answers RESPONSE [n], or stops at the first failure and answers a Triton error naming the kind and the call
-(wire/, docs/wire-protocol.md). The work is done in intern_decision_model (beside this file, importable without
+(wire/, docs/wire-protocol.md). A REQUEST with no calls is a ping: it is answered with an empty RESPONSE, runs
+nothing and counts nothing. The work is done in intern_decision_model (beside this file, importable without
 Triton); this file only adapts it to Triton: configuration and startup in initialize, tensors and errors in execute,
 metrics, and logging through pb_utils.Logger: one JSON line per call, named <request id>.<call index>
 (intern_decision_model/calllog.py).
@@ -80,6 +81,8 @@ class TritonPythonModel:
         records, call, started, failure = [], 0, time.perf_counter(), None
         try:
             raws = _call_strings(pb_utils.get_input_tensor_by_name(request, REQUEST))
+            if not raws:
+                return _pong()
             decoded = []
             for call, raw in enumerate(raws):
                 started = time.perf_counter()
@@ -124,10 +127,13 @@ def _start_metrics(model_name, engine):
                              f"{type(exc).__name__}: {exc}") from exc
 
 
+def _pong():
+    """The answer to a ping (wire/ping.py): an empty RESPONSE, so the caller knows that execute runs."""
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(RESPONSE, np.array([], dtype=np.object_))])
+
+
 def _call_strings(tensor) -> list:
     if tensor is None:
         raise protocol.InvalidRequest(f"the request carries no {REQUEST} tensor")
     values = tensor.as_numpy().reshape(-1)
-    if values.size == 0:
-        raise protocol.InvalidRequest(f"{REQUEST} holds no calls")
     return [value if isinstance(value, bytes) else str(value).encode("utf-8") for value in values]

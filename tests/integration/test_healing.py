@@ -1,0 +1,208 @@
+"""A dead model process, end to end: a tritonserver and a shim of this module's own (the session's are never killed).
+
+The python backend's stub is killed while idle and in the middle of a request, then tritonserver itself is killed
+in the middle of a request and started again; each time the service must say so on /health and heal by itself.
+Last, stopping Triton must be quick and leave none of its shared memory behind, a dead stub or not.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from devstack.shim import ShimServer
+from devstack.triton import EXIT_TIMEOUT_SECONDS, TritonServer
+from wire.ping import ping
+from wire.protocol import MODEL_NAME
+
+from .conftest import SHIM_TOKEN, model_env
+
+pytestmark = pytest.mark.triton
+AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
+PROBE_SECONDS = 0.5
+HEAL_SECONDS = 120  # a reload runs the model's whole startup: a few seconds here, more on a loaded machine
+OPTIONS = [{"id": "yes", "description": "Do it."}, {"id": "no", "description": "Do not."}]
+SMALL = {"id": "small", "state": "A short state.", "question": "Proceed?", "options": OPTIONS}
+# Twenty calls over a long state: seconds of work for the model, so that a kill lands in the middle of it.
+LONG = {"state": "word " * 600,
+        "decisions": [{"id": f"d{n}", "question": f"Is step {n} needed?", "options": OPTIONS} for n in range(320)]}
+
+
+class Stack:
+    def __init__(self, triton: TritonServer, folder: Path):
+        self.triton = triton
+        self.folder = folder
+        self.shim: ShimServer | None = None
+        self.http: httpx.Client | None = None
+
+
+@pytest.fixture(scope="module")
+def stack(fixture_pins, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("healing")
+    stack = Stack(TritonServer(model_env(fixture_pins), folder / "tritonserver-0.log").start(), folder)
+    try:
+        stack.triton.wait_ready(timeout=240)
+        env = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_MAX_DECISIONS": "1024",
+               "INTERN_DECISION_PROBE_SECONDS": str(PROBE_SECONDS)}
+        stack.shim = ShimServer(stack.triton, env, folder / "shim.log").start()
+        stack.shim.wait_ready(timeout=60)
+        with httpx.Client(base_url=stack.shim.url, timeout=300) as http:
+            stack.http = http
+            yield stack
+    finally:
+        if stack.shim is not None:
+            stack.shim.stop()
+        stack.triton.stop()
+
+
+def children(pid: int) -> dict[int, str]:
+    """{pid: command name} of the processes whose parent is pid, zombies left out."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found[int(entry.name)] = name
+    return found
+
+
+def stub_pid(triton: TritonServer) -> int:
+    (pid,) = [pid for pid, name in children(triton.pid).items() if name.startswith("triton_python")]
+    return pid
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until_busy(pid: int, answer: Future, seconds: float = 0.3, timeout: float = 60) -> None:
+    """Until the process has spent `seconds` more CPU time: the model is in the middle of the request."""
+    start, deadline = cpu_seconds(pid), time.monotonic() + timeout
+    while cpu_seconds(pid) - start < seconds:
+        assert not answer.done(), f"answered before the model got busy: {answer.result().text[:500]}"
+        assert time.monotonic() < deadline, "the model never started the request"
+        time.sleep(0.02)
+
+
+def health_within(http: httpx.Client, status: int, seconds: float) -> tuple[httpx.Response, float]:
+    """The first /health answer with this status, and how long it took to come."""
+    started = time.monotonic()
+    while True:
+        health = http.get("/health")
+        waited = time.monotonic() - started
+        if health.status_code == status:
+            return health, waited
+        assert waited < seconds, f"/health still {health.status_code} after {waited:.1f} s: {health.text}"
+        time.sleep(0.05)
+
+
+def long_request_killing(stack: Stack, kill) -> httpx.Response:
+    """LONG sent to the shim; kill() runs once the model is in the middle of it; its answer."""
+    stub = stub_pid(stack.triton)
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(stack.http.post, "/decide/shared", json=LONG, headers=AUTH)
+        wait_until_busy(stub, answer)
+        kill(stub)
+        return answer.result()
+
+
+def assert_healed(stack: Stack, dead_stub: int) -> None:
+    """/health 200 again within HEAL_SECONDS, and a new stub answers."""
+    health_within(stack.http, 200, HEAL_SECONDS)
+    assert stub_pid(stack.triton) != dead_stub
+    assert stack.http.post("/decide", json=SMALL, headers=AUTH).status_code == 200
+
+
+def test_a_stub_killed_while_idle_turns_health_503_then_the_shim_reloads_the_model(stack):
+    health_within(stack.http, 200, 10)
+    dead = stub_pid(stack.triton)
+    os.kill(dead, signal.SIGKILL)
+    health, _ = health_within(stack.http, 503, PROBE_SECONDS + 5)
+    assert health.json()["error"]["code"] == "model_unavailable"
+    assert "Stub process 'intern_decision_0_0' is not healthy." in health.json()["error"]["message"]
+    assert_healed(stack, dead)
+    assert "reloading the model (reload 1 of 5)" in stack.shim.log_text()
+
+
+def test_a_stub_killed_mid_request_fails_that_request_health_503_at_once_then_heals(stack):
+    dead = None
+
+    def kill_stub(stub: int) -> None:
+        nonlocal dead
+        dead = stub
+        os.kill(stub, signal.SIGKILL)
+
+    answer = long_request_killing(stack, kill_stub)
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["error"]["code"] == "model_unavailable"
+    assert "Stub process 'intern_decision_0_0' is not healthy." in answer.json()["error"]["message"]
+    health = stack.http.get("/health")
+    assert health.status_code == 503, "/health must turn 503 as soon as an inference met the dead stub"
+    refused = stack.http.post("/decide", json=SMALL, headers=AUTH)
+    assert refused.status_code == 502 and refused.json()["error"]["code"] == "model_unavailable"
+    assert_healed(stack, dead)
+
+
+def test_triton_killed_mid_request_fails_that_request_then_a_restarted_triton_serves_again(stack, fixture_pins):
+    killed, orphan = stack.triton, stub_pid(stack.triton)
+    # Its whole process group, as when a container's main process dies: a stub orphaned in the middle of a
+    # request would hang on to the server's sockets.
+    answer = long_request_killing(stack, lambda stub: os.killpg(killed.pid, signal.SIGKILL))
+    assert answer.status_code == 502 and answer.json()["error"]["code"] == "model_unavailable"
+    assert "Triton did not answer" in answer.json()["error"]["message"]
+    health, _ = health_within(stack.http, 503, 5)
+    assert "Triton did not answer" in health.json()["error"]["message"]
+    killed.stop()
+    assert killed.shared_memory_regions() == []
+    assert not alive(orphan)
+    # What a container's restart policy does: the same server, ports and key, started again.
+    stack.triton = TritonServer(model_env(fixture_pins), stack.folder / "tritonserver-1.log", ports=killed.ports,
+                                api_key=killed.api_key).start()
+    stack.triton.wait_ready(timeout=240)
+    health_within(stack.http, 200, 30)
+    assert stack.http.post("/decide", json=SMALL, headers=AUTH).status_code == 200
+
+
+def test_stopping_triton_is_quick_and_leaves_no_shared_memory_even_with_a_dead_stub(stack, fixture_pins):
+    stack.shim.stop()  # nothing reloads the model behind this test's back
+    healthy = stack.triton
+    started = time.monotonic()
+    assert healthy.stop() == 0
+    assert time.monotonic() - started < EXIT_TIMEOUT_SECONDS + 3
+    assert healthy.shared_memory_regions() == []
+
+    dead = TritonServer(model_env(fixture_pins), stack.folder / "tritonserver-2.log").start()
+    stack.triton = dead
+    dead.wait_ready(timeout=240)
+    os.kill(stub_pid(dead), signal.SIGKILL)
+    assert "is not healthy" in ping(dead.http_url, MODEL_NAME, dead.api_key, timeout=10)
+    # Triton's own readiness does not see it: the reason for the ping.
+    assert httpx.get(f"http://{dead.http_url}/v2/models/{MODEL_NAME}/ready").status_code == 200
+    started = time.monotonic()
+    dead.stop()
+    assert time.monotonic() - started < EXIT_TIMEOUT_SECONDS + 3  # Triton's default waits 30 s
+    assert dead.shared_memory_regions() == []
+
+
+def alive(pid: int, timeout: float = 10) -> bool:
+    """Whether pid is still a live process (not gone, not a zombie) after up to timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        except OSError:
+            return False
+        time.sleep(0.1)
+    return True
