@@ -66,6 +66,7 @@ def cpu_seconds(pid: int) -> float:
 def shim_cpu_ms(tree: Path, variant: str, requests: int, log_path: Path) -> float:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(tree), "INTERN_DECISION_API_TOKEN": TOKEN,
+           "INTERN_DECISION_TRITON_API_KEY": "triton-key-" + TOKEN,
            "INTERN_DECISION_METRICS_PORT": str(free_port())}
     with open(log_path, "wb") as log:
         server = subprocess.Popen([sys.executable, "-c", SERVER, variant, str(port)], env=env, cwd=tree,

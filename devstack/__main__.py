@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 import sys
+from pathlib import Path
 
 from devstack import triton
 from devstack.fixture import DEFAULT_ROOT, build_fixture
@@ -20,15 +21,21 @@ from devstack.shim import ShimServer
 
 CACHE = DEFAULT_ROOT.parent
 TOKEN_FILE = CACHE / "dev-token"
+TRITON_KEY_FILE = CACHE / "triton-api-key"  # this run's; for calling Triton by hand
+
+
+def write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)
 
 
 def dev_token() -> str:
     if os.environ.get("INTERN_DECISION_API_TOKEN"):
         return os.environ["INTERN_DECISION_API_TOKEN"]
     if not TOKEN_FILE.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        TOKEN_FILE.write_text(secrets.token_urlsafe(32))
-        TOKEN_FILE.chmod(0o600)
+        write_private(TOKEN_FILE, secrets.token_urlsafe(32))
     return TOKEN_FILE.read_text().strip()
 
 
@@ -60,6 +67,7 @@ def up(args: argparse.Namespace) -> int:
     env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32"})
     ports = triton.Ports(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port)
     server = triton.TritonServer(env, CACHE / "tritonserver.log", ports=ports)
+    write_private(TRITON_KEY_FILE, server.api_key)
     shim = ShimServer(server, {"INTERN_DECISION_API_TOKEN": dev_token()}, CACHE / "shim.log", port=args.port,
                       metrics_port=args.metrics_port)
     print(f"starting tritonserver (log: {server.log_path}) ...", flush=True)
@@ -71,6 +79,8 @@ def up(args: argparse.Namespace) -> int:
               f"metrics {server.metrics_url})\n"
               f"fixture checkpoint: revision {pins.revision}, inference.py sha256 {pins.inference_sha256}\n"
               f"API token: INTERN_DECISION_API_TOKEN if set, else the one in {TOKEN_FILE}\n"
+              f"Triton's APIs but health and metadata need the header triton-api-key: this run's key is in "
+              f"{TRITON_KEY_FILE}\n"
               "Ctrl-C stops both.", flush=True)
         while True:
             signal.pause()

@@ -5,10 +5,10 @@
 
 Exit 0 when healthy, 1 with one line on stderr when not.
 
-triton: Triton and the model are ready (GET /v2/models/<model>/ready, an open API), then `ping_model`. Readiness
-alone is not enough: when the python backend's stub process dies, Triton keeps answering ready while every
-inference fails ("Stub process ... is not healthy"). `ping_model` is the hook for a real call through the model;
-it does nothing until the model side has a cheap ping on the wire protocol.
+triton: Triton and the model are ready (GET /v2/models/<model>/ready, an open API), then `ping_model`: one ping
+through the model (wire/ping.py, from the Triton image's venv) with Triton's API key. Readiness alone is not
+enough: when the python backend's stub process dies, Triton keeps answering ready while every inference fails
+("Stub process ... is not healthy"); the ping fails. It waits behind an inference in progress, hence its timeout.
 
 shim: GET /health answers 200, which the shim gives only while Triton and the model are ready.
 """
@@ -18,9 +18,18 @@ import os
 import sys
 import urllib.error
 import urllib.request
+from typing import Mapping
+from urllib.parse import urlsplit
 
 TIMEOUT_SECONDS = 4.0
+PING_TIMEOUT_SECONDS = 5.0
 TRITON_URL = "http://127.0.0.1:8000"
+KEY_FILE_VARIABLE = "INTERN_DECISION_TRITON_API_KEY_FILE"
+DEFAULT_KEY_FILE = "/run/secrets/triton_api_key"
+
+
+class Unhealthy(Exception):
+    """Why the service is not healthy, in one line."""
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> None:
@@ -30,21 +39,21 @@ def get(url: str, headers: dict[str, str] | None = None) -> None:
         response.read()
 
 
-def ping_model(base_url: str, model: str) -> None:
-    """HOOK: score one tiny request through the model (not yet: the wire protocol has no ping).
+def ping_model(base_url: str, model: str, env: Mapping[str, str]) -> None:
+    """One ping through the model, with the key from INTERN_DECISION_TRITON_API_KEY_FILE (default
+    /run/secrets/triton_api_key); raises Unhealthy unless the model answers it."""
+    from wire.ping import api_key_from, ping  # the Triton image's venv holds wire; the shim's check never pings
 
-    When it exists: POST {base_url}/v2/models/{model}/infer with the ping request and the header
-    `triton-api-key` read from INTERN_DECISION_TRITON_API_KEY_FILE (default /run/secrets/triton_api_key, mounted
-    in this container), and raise unless the answer is the ping's. Keep it cheap and bounded: it runs every
-    healthcheck interval and queues behind real inferences.
-    """
-    return None
+    key = api_key_from({KEY_FILE_VARIABLE: DEFAULT_KEY_FILE, **env})
+    problem = ping(urlsplit(base_url).netloc, model, key, PING_TIMEOUT_SECONDS)
+    if problem is not None:
+        raise Unhealthy(problem)
 
 
 def check_triton(env: dict[str, str]) -> None:
     model = env.get("INTERN_DECISION_MODEL_NAME") or "intern_decision"
     get(f"{TRITON_URL}/v2/models/{model}/ready")
-    ping_model(TRITON_URL, model)
+    ping_model(TRITON_URL, model, env)
 
 
 def check_shim(env: dict[str, str]) -> None:
@@ -64,7 +73,10 @@ def main(argv: list[str], env: dict[str, str]) -> int:
     except urllib.error.HTTPError as exc:
         print(f"unhealthy: {exc.filename} answered {exc.code}", file=sys.stderr)
         return 1
-    except (urllib.error.URLError, OSError) as exc:
+    except Unhealthy as exc:
+        print(f"unhealthy: {exc}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError, ValueError) as exc:
         print(f"unhealthy: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -8,6 +8,10 @@ every HTTP call to the restricted APIs must then carry the header `triton-api-ke
 `triton-grpc-protocol-triton-api-key`). Health and metadata stay open, for the healthcheck and the shim's
 readiness probe. The key never enters the environment.
 
+tritonserver waits at most EXIT_TIMEOUT_SECONDS for inferences in flight when it is stopped (a dead python stub
+holds it that long; Triton's default is 30 s). The python backend's shared-memory regions carry SHM_PREFIX, and
+regions of that prefix left in /dev/shm by an earlier run (a stub that died) are removed before tritonserver starts.
+
 Fails closed, exit 2 with one line on stderr, before tritonserver starts, when:
 * the key file is missing, empty, shorter than 32 characters or holds anything but A-Z a-z 0-9 _ -
   (Triton splits the flag at ':' ',' and '=');
@@ -28,6 +32,9 @@ DEFAULT_KEY_FILE = "/run/secrets/triton_api_key"
 HEADER = "triton-api-key"
 RESTRICTED = ("inference", "model-repository", "model-config", "shared-memory", "logging", "statistics", "trace")
 MODEL = "intern_decision"
+EXIT_TIMEOUT_SECONDS = 10
+SHM_PREFIX = "intern_decision_"
+SHARED_MEMORY = Path("/dev/shm")
 _KEY = re.compile(r"[A-Za-z0-9_-]{32,512}")
 _OWNED = ("--model-repository", "--model-store", "--http-restricted-api", "--grpc-restricted-protocol",
           "--http-port", "--grpc-port", "--metrics-port", "--model-control-mode", "--load-model")
@@ -74,8 +81,18 @@ def command(key: str, extra: list[str]) -> list[str]:
         "--metrics-port=8002",
         f"--http-restricted-api={apis}:{HEADER}={key}",
         f"--grpc-restricted-protocol={apis}:{HEADER}={key}",
+        f"--exit-timeout-secs={EXIT_TIMEOUT_SECONDS}",
+        f"--backend-config=python,shm-region-prefix-name={SHM_PREFIX}",
         *extra,
     ]
+
+
+def remove_stale_regions(shared_memory: Path = SHARED_MEMORY) -> list[Path]:
+    """Remove the python backend regions an earlier tritonserver left behind; call before this one starts."""
+    stale = sorted(shared_memory.glob(SHM_PREFIX + "*"))
+    for region in stale:
+        region.unlink(missing_ok=True)
+    return stale
 
 
 def main(argv: list[str], env: Mapping[str, str]) -> list[str]:
@@ -90,4 +107,6 @@ if __name__ == "__main__":
     except Refused as exc:
         print(f"refusing to start: {exc}", file=sys.stderr)
         sys.exit(2)
+    for region in remove_stale_regions():
+        print(f"removed a stale shared-memory region: {region}", file=sys.stderr)
     os.execvp(args[0], args)

@@ -182,7 +182,7 @@ def test_healthchecks(services):
     assert int(services["triton"]["healthcheck"]["start_period"].rstrip("s")) >= 300
     assert services["shim"]["depends_on"] == {"triton": {"condition": "service_healthy"}}
     healthcheck = load_script("docker/healthcheck.py")
-    assert callable(healthcheck.ping_model), "the hook for a real model ping"
+    assert callable(healthcheck.ping_model), "a real call through the model: readiness misses a dead stub"
 
 
 def test_restart_policies_give_up_after_a_few_failures(services):

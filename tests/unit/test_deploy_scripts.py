@@ -33,6 +33,17 @@ def test_triton_starts_with_the_key_from_the_secret_file(start_triton, tmp_path)
     assert "--model-repository=/models" in argv and "--load-model=intern_decision" in argv
     assert "--exit-on-error=true" in argv and "--strict-readiness=true" in argv
     assert sum(arg.endswith(f":triton-api-key={KEY}") for arg in argv) == 2
+    assert "--exit-timeout-secs=10" in argv
+    assert "--backend-config=python,shm-region-prefix-name=intern_decision_" in argv
+
+
+def test_stale_shared_memory_regions_of_ours_are_removed_before_triton_starts(start_triton, tmp_path):
+    ours = [tmp_path / "intern_decision_1f2e", tmp_path / "intern_decision_99"]
+    theirs = tmp_path / "triton_python_backend_shm_region_1"
+    for region in (*ours, theirs):
+        region.write_bytes(b"\0")
+    assert start_triton.remove_stale_regions(tmp_path) == sorted(ours)
+    assert sorted(tmp_path.iterdir()) == [theirs]
 
 
 @pytest.mark.parametrize("content", ["", "\n", "short", "x" * 31, KEY + " ", KEY + ":x", KEY + ",health",
@@ -117,12 +128,24 @@ def test_the_shim_runs_as_python_dash_m_shim(start_shim):
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     answers: dict[str, int] = {}
+    # POST path -> (status, body); the request's triton-api-key header is recorded
+    posts: dict[str, tuple[int, bytes]] = {}
+    keys: list[str | None] = []
 
     def do_GET(self):  # noqa: N802 - http.server's name
         status = self.answers.get(self.path, 404)
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.keys.append(self.headers.get("triton-api-key"))
+        status, body = self.posts.get(self.path, (404, b""))
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args):
         pass
@@ -152,21 +175,44 @@ def test_the_shim_is_healthy_only_while_health_answers_200(healthcheck, server, 
     assert "answered 503" in capsys.readouterr().err
 
 
-def test_triton_is_healthy_while_the_model_is_ready(healthcheck, server, monkeypatch, capsys):
+PONG = (200, b'{"model_name":"intern_decision","model_version":"1",'
+             b'"outputs":[{"name":"RESPONSE","datatype":"BYTES","shape":[0],"data":[]}]}')
+STUB_DEAD = (500, b'{"error":"Stub process \'intern_decision_0_0\' is not healthy."}')
+
+
+def test_triton_is_healthy_while_the_model_is_ready_and_answers_a_ping_with_the_key(healthcheck, server, monkeypatch,
+                                                                                     capsys, tmp_path):
     monkeypatch.setattr(healthcheck, "TRITON_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    env = key_env(tmp_path, KEY + "\n")
     _Handler.answers = {"/v2/models/intern_decision/ready": 200}
-    assert healthcheck.main(["triton"], {}) == 0
+    _Handler.posts = {"/v2/models/intern_decision/infer": PONG}
+    _Handler.keys = []
+    assert healthcheck.main(["triton"], env) == 0
+    assert _Handler.keys == [KEY]
     _Handler.answers = {"/v2/models/intern_decision/ready": 400}
-    assert healthcheck.main(["triton"], {}) == 1
+    assert healthcheck.main(["triton"], env) == 1
     assert "answered 400" in capsys.readouterr().err
     _Handler.answers = {"/v2/models/other/ready": 200}
-    assert healthcheck.main(["triton"], {"INTERN_DECISION_MODEL_NAME": "other"}) == 0
+    _Handler.posts = {"/v2/models/other/infer": PONG}
+    assert healthcheck.main(["triton"], {**env, "INTERN_DECISION_MODEL_NAME": "other"}) == 0
+
+
+def test_triton_with_a_dead_stub_is_unhealthy_though_ready(healthcheck, server, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(healthcheck, "TRITON_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    _Handler.answers = {"/v2/models/intern_decision/ready": 200}
+    _Handler.posts = {"/v2/models/intern_decision/infer": STUB_DEAD}
+    assert healthcheck.main(["triton"], key_env(tmp_path, KEY)) == 1
+    assert capsys.readouterr().err == ("unhealthy: Triton answered 500: "
+                                       "Stub process 'intern_decision_0_0' is not healthy.\n")
+    _Handler.posts = {"/v2/models/intern_decision/infer": PONG}
+    assert healthcheck.main(["triton"], {"INTERN_DECISION_TRITON_API_KEY_FILE": str(tmp_path / "absent")}) == 1
+    assert "absent" in capsys.readouterr().err
 
 
 def test_the_triton_check_asks_for_the_models_readiness_then_calls_the_ping_hook(healthcheck, monkeypatch):
     calls = []
     monkeypatch.setattr(healthcheck, "get", lambda url, headers=None: calls.append(url))
-    monkeypatch.setattr(healthcheck, "ping_model", lambda base, model: calls.append(("ping", base, model)))
+    monkeypatch.setattr(healthcheck, "ping_model", lambda base, model, env: calls.append(("ping", base, model)))
     assert healthcheck.main(["triton"], {}) == 0
     assert calls == ["http://127.0.0.1:8000/v2/models/intern_decision/ready",
                      ("ping", "http://127.0.0.1:8000", "intern_decision")]

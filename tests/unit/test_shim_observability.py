@@ -199,6 +199,7 @@ def test_a_taken_metrics_port_stops_the_shim_with_one_line(monkeypatch, capsys):
         taken.listen()
         port = taken.getsockname()[1]
         monkeypatch.setenv("INTERN_DECISION_API_TOKEN", TOKEN)
+        monkeypatch.setenv("INTERN_DECISION_TRITON_API_KEY", "k" * 32)
         monkeypatch.setenv("INTERN_DECISION_METRICS_PORT", str(port))
         assert shim_main.main(["--port", "1"]) == 2
     error = capsys.readouterr().err
@@ -207,6 +208,7 @@ def test_a_taken_metrics_port_stops_the_shim_with_one_line(monkeypatch, capsys):
 
 def test_the_metrics_port_must_differ_from_the_shims(monkeypatch, capsys):
     monkeypatch.setenv("INTERN_DECISION_API_TOKEN", TOKEN)
+    monkeypatch.setenv("INTERN_DECISION_TRITON_API_KEY", "k" * 32)
     monkeypatch.setenv("INTERN_DECISION_METRICS_PORT", "8080")
     assert shim_main.main(["--port", "8080"]) == 2
     assert "INTERN_DECISION_METRICS_PORT must differ" in capsys.readouterr().err
@@ -232,7 +234,9 @@ async def test_lines_written_inside_a_request_carry_its_id_and_no_request_text(c
     body = decide_body(state="secret state text", question="secret question text")
     await client.post("/decide", json=body, headers={**AUTH, "X-Request-Id": "req-502"})
     lines = log_lines()
-    assert {line["logger"] for line in lines} == {"intern_decision.shim", "intern_decision.shim.access"}
+    # the error, the watch marking the model down, the access line
+    assert {line["logger"] for line in lines} == {"intern_decision.shim", "intern_decision.shim.watch",
+                                                  "intern_decision.shim.access"}
     assert all(line["request_id"] == "req-502" for line in lines)
     text = json.dumps(lines)
     assert "secret" not in text and TOKEN not in text
