@@ -10,7 +10,7 @@ model through Triton (wire/ping.py) under the service's lock, so that a ping nev
   while down.
 
 A ping that Triton answers with an error means the model's process is broken: the watch asks Triton to unload and
-load the model again (a new stub), after RELOAD_DELAYS[k] seconds before reload k + 1, at most len(RELOAD_DELAYS)
+load the model again (a new stub), waiting RELOAD_DELAYS[k] seconds before reload k + 1, at most len(RELOAD_DELAYS)
 times; the count starts over once the model has stayed up for `stable_seconds` after a reload. A Triton that does
 not answer, or a ping that times out, is waited for, never reloaded: a restarted Triton loads the model itself.
 """
@@ -112,7 +112,8 @@ class ModelWatch:
             return
         delay = self._reload_delays[self._reloads]
         self._reloads += 1
-        self._mark_down(f"{reason}; reloading it (reload {self._reloads} of {attempts})")
+        waiting = f", in {delay:g} s" if delay else ""
+        self._mark_down(f"{reason}; reloading it (reload {self._reloads} of {attempts}{waiting})")
         if delay:
             await asyncio.sleep(delay)
         log.warning("reloading the model (reload %d of %d)", self._reloads, attempts)

@@ -11,6 +11,7 @@ import pytest
 
 from shim.app import create_app
 from shim.errors import ApiError
+from shim.metrics import ShimMetrics
 from shim.watch import ModelWatch, Probe
 
 from .fake_model import FakeModel
@@ -183,6 +184,27 @@ async def test_health_is_503_at_once_after_tritons_own_failure_and_200_once_the_
         await until(lambda: app.state.watch.down is None)
         assert (await client.get("/health")).status_code == 200
         assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 200
+
+
+async def test_while_down_posts_are_refused_uncounted_as_triton_errors_and_model_up_is_0():
+    model = FakeModel(base={"approve": 1.0})
+    model.probes = [Probe(True)] + [Probe(False, UNREACHABLE)] * 1000
+    metrics = ShimMetrics()
+    app = create_app(make_settings(probe_seconds="60"), model, metrics)
+    errors = lambda: metrics.registry.get_sample_value(  # noqa: E731
+        "intern_decision_shim_triton_errors_total", {"kind": "model_unavailable"}) or 0.0
+    async with app.router.lifespan_context(app), \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
+        await until(lambda: model.pings == 1)
+        model.fail_with = ApiError(502, "model_unavailable", "Triton answered 500: Stub process is not healthy.")
+        assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 502
+        assert errors() == 1
+        await until(lambda: app.state.watch.down == UNREACHABLE)
+        refused = await client.post("/decide", json=decide_body(), headers=AUTH)
+        assert refused.status_code == 502 and refused.json()["error"]["message"] == UNREACHABLE
+        assert errors() == 1 and len(model.request_ids) == 1
+        assert (await client.get("/health")).status_code == 503
+        assert metrics.registry.get_sample_value("intern_decision_shim_model_up") == 0
 
 
 async def until(condition, timeout: float = 5.0) -> None:
