@@ -166,7 +166,7 @@ class TritonServer(ManagedProcess):
         code = super().stop(timeout)
         if self.pid is not None:
             # A stub orphaned in the middle of a request (its server killed) hangs, holding the server's sockets.
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         for region in self.shared_memory_regions():
             region.unlink(missing_ok=True)

@@ -34,7 +34,8 @@ def operations():
 
 
 def test_the_documented_routes_and_methods_are_the_apps():
-    app = create_app(ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": "t" * 32}), FakeModel())
+    app = create_app(ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": "t" * 32,
+                                           "INTERN_DECISION_TRITON_API_KEY": "k" * 32}), FakeModel())
     served = {(route.path, method) for route in app.routes if isinstance(route, Route)
               for method in route.methods if method != "HEAD"}
     assert served == {(path, method) for path, method, _ in operations()}

@@ -19,7 +19,8 @@ POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
 
 @pytest.fixture(scope="module")
 def schema():
-    app = create_app(ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN}), FakeModel())
+    app = create_app(ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN,
+                                      "INTERN_DECISION_TRITON_API_KEY": "k" * 32}), FakeModel())
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

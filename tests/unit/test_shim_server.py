@@ -23,7 +23,8 @@ TOKEN = "s3cret-token-for-tests-0123456789abcdef"
 @pytest.fixture(scope="module")
 def address():
     port = free_port()
-    settings = ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN})
+    settings = ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN,
+                                      "INTERN_DECISION_TRITON_API_KEY": "k" * 32})
     config = server.config(create_app(settings, FakeModel()), "127.0.0.1", port)
     assert config.access_log is False and config.timeout_keep_alive == server.KEEP_ALIVE_SECONDS
     instance = uvicorn.Server(config)
