@@ -5,6 +5,7 @@ over the shim's own HTTP/1.1 connection and answers what comes back; no auth, va
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -17,20 +18,19 @@ from starlette.routing import Route
 from tritonclient.http import InferenceServerClient, InferInput
 
 from shim.http1 import Http1Connection
-from wire.ping import API_KEY_HEADER
 
 
 def create_app(triton_address: str) -> Starlette:
     host, _, port = triton_address.rpartition(":")
     connection = Http1Connection(host, int(port))
+    headers = json.loads(os.environ.get("FLOOR_TRITON_HEADERS") or "{}")  # Triton's API key header, if locked
 
     async def floor(request: Request) -> Response:
         tensor = InferInput("REQUEST", [1], "BYTES")
         tensor.set_data_from_numpy(np.array([await request.body()], dtype=np.object_))
         body, json_size = InferenceServerClient.generate_request_body([tensor])
         answer = await connection.request("POST", "/v2/models/echo/infer", 30.0, body,
-                                          {"Inference-Header-Content-Length": str(json_size),
-                                           API_KEY_HEADER: os.environ["INTERN_DECISION_TRITON_API_KEY"]})
+                                          {"Inference-Header-Content-Length": str(json_size), **headers})
         return Response(answer.body, status_code=answer.status, media_type="application/octet-stream")
 
     async def ready(request: Request) -> Response:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import platform
@@ -100,13 +101,24 @@ def bench_model_repository() -> Path:
     return root
 
 
+def key_header(triton: TritonServer) -> dict[str, str]:
+    """The header Triton's restricted APIs want (none for a tree from before they were locked)."""
+    return getattr(triton, "key_header", {})
+
+
+def start_triton(env: dict[str, str], log_path: Path) -> TritonServer:
+    options = {"model_repository": bench_model_repository()}
+    if "models" in inspect.signature(TritonServer).parameters:  # explicit model control: name both models
+        options["models"] = ("intern_decision", "echo")
+    return TritonServer(env, log_path, **options).start().wait_ready(300)
+
+
 class FloorApp(ManagedProcess):
     def __init__(self, triton: TritonServer, log_path: Path):
         self.port = free_port()
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "FLOOR_TRITON_HEADERS": json.dumps(key_header(triton))}
         super().__init__("floor", [sys.executable, str(BENCH / "floor_app.py"), triton.http_url, str(self.port)],
-                         {**os.environ, "PYTHONPATH": str(REPO_ROOT), "INTERN_DECISION_TRITON_API_KEY": triton.api_key},
-                         log_path,
-                         f"http://127.0.0.1:{self.port}/health")
+                         env, log_path, f"http://127.0.0.1:{self.port}/health")
 
 
 class DirectTriton:
@@ -127,7 +139,8 @@ class DirectTriton:
         for batch in batches:
             tensor = httpclient.InferInput("REQUEST", [len(batch)], "BYTES")
             tensor.set_data_from_numpy(np.array(batch, dtype=np.object_))
-            answers += [json.loads(a) for a in self.client.infer("intern_decision", [tensor], headers=self.headers).as_numpy("RESPONSE")]
+            result = self.client.infer("intern_decision", [tensor], headers=self.headers)
+            answers += [json.loads(answer) for answer in result.as_numpy("RESPONSE")]
         elapsed = (time.perf_counter() - started) * 1000
         return elapsed, sum(answer["timing"]["inference_ms"] for answer in answers)
 
@@ -158,9 +171,7 @@ def measure(args) -> dict:
     env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32", "OMP_NUM_THREADS": "1"})
     torch.set_num_threads(1)
     logs = REPO_ROOT / ".cache" / "bench"
-    triton = TritonServer(env, logs / "tritonserver.log", model_repository=bench_model_repository(),
-                          models=("intern_decision", "echo"))
-    triton.start().wait_ready(300)
+    triton = start_triton(env, logs / "tritonserver.log")
     shim = ShimServer(triton, {"INTERN_DECISION_API_TOKEN": TOKEN}, logs / "shim.log").start()
     floor = FloorApp(triton, logs / "floor.log").start()
     results = {}
@@ -168,7 +179,7 @@ def measure(args) -> dict:
         shim.wait_ready(60)
         floor.wait_ready(60)
         engine = load_fixture_engine(pins.checkpoint)
-        direct = DirectTriton(triton.http_url, triton.key_header)
+        direct = DirectTriton(triton.http_url, key_header(triton))
         # The stdlib client with a kept-alive connection, so that the caller's own HTTP library is not measured.
         shim_http = HTTPConnection("127.0.0.1", shim.port, timeout=300)
         floor_http = HTTPConnection("127.0.0.1", floor.port, timeout=300)
