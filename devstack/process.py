@@ -1,6 +1,7 @@
 """A server process with its log in a file, ready once a URL answers 200."""
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import time
@@ -80,6 +81,16 @@ class ManagedProcess:
             time.sleep(0.2)
         self.stop()
         raise TimeoutError(f"{self.name} not ready after {timeout:.0f} s; log: {self.log_path}")
+
+    @contextlib.contextmanager
+    def serving(self, timeout: float = 180.0):
+        """Start, wait until ready, yield the server, and stop it whatever happens."""
+        self.start()
+        try:
+            self.wait_ready(timeout)
+            yield self
+        finally:
+            self.stop()
 
     def stop(self, timeout: float = 30.0) -> int | None:
         if self._process is None or self._process.poll() is not None:

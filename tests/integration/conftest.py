@@ -1,6 +1,10 @@
 """Real servers for the integration tests: the fixture checkpoint, a tritonserver on CPU on free ports."""
 from __future__ import annotations
 
+import threading
+import time
+
+import httpx
 import pytest
 
 from devstack.fixture import FixturePins, build_fixture
@@ -26,13 +30,9 @@ def model_env(pins: FixturePins, **overrides: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def triton(fixture_pins, tmp_path_factory) -> TritonServer:
-    server = TritonServer(model_env(fixture_pins), tmp_path_factory.mktemp("triton") / "tritonserver.log")
-    server.start()
-    try:
-        server.wait_ready(timeout=240)
+    log_path = tmp_path_factory.mktemp("triton") / "tritonserver.log"
+    with TritonServer(model_env(fixture_pins), log_path).serving(240) as server:
         yield server
-    finally:
-        server.stop()
 
 
 SHIM_TOKEN = "integration-token-0123456789-abcdefghij"
@@ -48,9 +48,26 @@ def shim(triton, tmp_path_factory) -> ShimServer:
            "INTERN_DECISION_MAX_BODY_BYTES": str(SHIM_MAX_BODY_BYTES),
            "INTERN_DECISION_BODY_TIMEOUT_SECONDS": str(SHIM_BODY_TIMEOUT_SECONDS),
            "INTERN_DECISION_PROBE_SECONDS": "3600"}
-    server = ShimServer(triton, env, tmp_path_factory.mktemp("shim") / "shim.log").start()
-    try:
-        server.wait_ready(timeout=60)
+    with ShimServer(triton, env, tmp_path_factory.mktemp("shim") / "shim.log").serving(60) as server:
         yield server
-    finally:
-        server.stop()
+
+
+def past_a_full_queue(shim: ShimServer, slow_body: dict, next_body: dict) -> tuple[list[int], httpx.Response]:
+    """Fills the queue with SHIM_MAX_QUEUE slow /decide requests, then sends one more while they are held:
+    (the held requests' statuses, the answer to the one past the queue)."""
+    auth = {"Authorization": f"Bearer {SHIM_TOKEN}"}
+    statuses: list[int] = []
+
+    def hold() -> None:
+        with httpx.Client(base_url=shim.url, timeout=60) as client:
+            statuses.append(client.post("/decide", json=slow_body, headers=auth).status_code)
+
+    threads = [threading.Thread(target=hold) for _ in range(SHIM_MAX_QUEUE)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.3)
+    with httpx.Client(base_url=shim.url, timeout=10) as client:
+        refused = client.post("/decide", json=next_body, headers=auth)
+    for thread in threads:
+        thread.join()
+    return statuses, refused

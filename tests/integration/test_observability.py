@@ -62,14 +62,9 @@ class Prometheus(ManagedProcess):
 
 @pytest.fixture(scope="module")
 def prometheus(triton, shim, tmp_path_factory):
-    server = Prometheus(tmp_path_factory.mktemp("prometheus"),
-                        {"triton": f"127.0.0.1:{triton.ports.metrics}", "shim": f"127.0.0.1:{shim.metrics_port}"})
-    server.start()
-    try:
-        server.wait_ready(timeout=60)
+    targets = {"triton": f"127.0.0.1:{triton.ports.metrics}", "shim": f"127.0.0.1:{shim.metrics_port}"}
+    with Prometheus(tmp_path_factory.mktemp("prometheus"), targets).serving(60) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def deltas(after: dict[tuple, float], before: dict[tuple, float]) -> dict[tuple, float]:

@@ -16,7 +16,7 @@ from schemathesis.generation import GenerationMode
 from bench.load import run_load
 from tests.fuzzing import Tally, fuzz
 
-from .conftest import SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_QUEUE, SHIM_TOKEN
+from .conftest import SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_QUEUE, SHIM_TOKEN, past_a_full_queue
 from .test_triton_model import infer_error, quiet_metrics, settled_call_counts
 
 pytestmark = pytest.mark.triton
@@ -83,20 +83,7 @@ def model_log_lines(triton, text: str, timeout: float = 5) -> list[str]:
 
 def assert_queue_is_free(shim) -> None:
     """MAX_QUEUE slow requests are all admitted and scored, and the next one is 429: no slot is held by anyone."""
-    statuses: list[int] = []
-
-    def hold() -> None:
-        with httpx.Client(base_url=shim.url, timeout=60) as client:
-            statuses.append(client.post("/decide", json=slow(1.0), headers=AUTH).status_code)
-
-    threads = [threading.Thread(target=hold) for _ in range(SHIM_MAX_QUEUE)]
-    for thread in threads:
-        thread.start()
-        time.sleep(0.2)
-    with httpx.Client(base_url=shim.url, timeout=10) as client:
-        refused = client.post("/decide", json=decide(), headers=AUTH)
-    for thread in threads:
-        thread.join()
+    statuses, refused = past_a_full_queue(shim, slow(1.0), decide())
     assert statuses == [200] * SHIM_MAX_QUEUE
     assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
 

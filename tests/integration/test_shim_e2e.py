@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from .conftest import SHIM_MAX_BODY_BYTES, SHIM_MAX_QUEUE, SHIM_TOKEN, TEST_MAX_TOKENS
+from .conftest import SHIM_MAX_BODY_BYTES, SHIM_MAX_QUEUE, SHIM_TOKEN, TEST_MAX_TOKENS, past_a_full_queue
 
 pytestmark = pytest.mark.triton
 AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
@@ -144,20 +144,7 @@ def slow_body(seconds: float) -> dict:
 
 
 def test_past_the_queue_a_post_is_429_busy(shim):
-    results: list[int] = []
-
-    def slow() -> None:
-        with httpx.Client(base_url=shim.url, timeout=60) as client:
-            results.append(client.post("/decide", json=slow_body(1.5), headers=AUTH).status_code)
-
-    threads = [threading.Thread(target=slow) for _ in range(SHIM_MAX_QUEUE)]
-    for thread in threads:
-        thread.start()
-        time.sleep(0.3)
-    with httpx.Client(base_url=shim.url, timeout=10) as client:
-        refused = client.post("/decide", json=slow_body(0), headers=AUTH)
-    for thread in threads:
-        thread.join()
+    results, refused = past_a_full_queue(shim, slow_body(1.5), slow_body(0))
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "busy"
     assert refused.headers["retry-after"] == "1"
     assert results == [200] * SHIM_MAX_QUEUE
