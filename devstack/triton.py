@@ -117,7 +117,8 @@ def interpreter_libdir(python: str | None = None) -> str:
 def server_environment(extra: dict[str, str] | None = None, python: str | None = None) -> dict[str, str]:
     """The server's environment for the stub to run ``python``'s environment (default: this interpreter's)."""
     python = python or sys.executable
-    env = {name: value for name, value in os.environ.items() if name != "INTERN_DECISION_API_TOKEN"}  # the shim's alone
+    env = {name: value for name, value in os.environ.items()  # the tokens are the shim's alone
+           if not name.startswith("INTERN_DECISION_API_TOKEN")}
     venv_bin = str(Path(python).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
     libdir = interpreter_libdir(python)

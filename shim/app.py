@@ -21,7 +21,9 @@ from wire.facts import ModelFacts
 
 from .access import AccessLog
 from .combining import IncompleteAnswer
-from .errors import HTTP_CODES, INVALID, SCORING_FAILED, ApiError, envelope
+from .drain import Drain
+from .errors import DRAINING, HTTP_CODES, INVALID, SCORING_FAILED, ApiError, envelope
+from .gone import ClientWatch
 from .metrics import ShimMetrics
 from .middleware import PostGuard, RequestId
 from .planning import CHUNKING, MAX_QUESTIONS_PER_CALL
@@ -86,6 +88,7 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
     watch = ModelWatch(model, lock, settings.probe_seconds)
     service = DecisionService(watch, settings.max_decisions, metrics, lock)
     facts = FactsCache(model)
+    drain = Drain(settings.drain_seconds)
 
     async def check_model() -> tuple[str | None, ModelFacts | None]:
         """(why the model is not usable, or None; its facts when it is), as /health says; sets model_up."""
@@ -110,6 +113,9 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
             await asyncio.sleep(MODEL_CHECK_SECONDS)
 
     async def health(request: Request) -> JSONResponse:
+        if drain.draining:
+            return JSONResponse({"status": "draining", **envelope(DRAINING[1], "this replica is shutting down")},
+                                status_code=DRAINING[0])
         not_ready, cached_facts = await check_model()
         if not_ready is not None:
             body = {"status": "unavailable", **envelope("model_unavailable", not_ready)}
@@ -186,7 +192,9 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
         ],
         middleware=[Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
                                max_body_bytes=settings.max_body_bytes,
-                               body_timeout_seconds=settings.body_timeout_seconds)],
+                               body_timeout_seconds=settings.body_timeout_seconds,
+                               api_token_next=settings.api_token_next, drain=drain),
+                    Middleware(ClientWatch)],
         metrics=metrics,
         exception_handlers={InvalidRequest: invalid_request, ApiError: api_error, IncompleteAnswer: incomplete_answer,
                             HTTPException: http_error, Exception: unexpected},
@@ -194,4 +202,5 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
     )
     app.router.redirect_slashes = False  # /decide/ is 404 not_found, never a redirect
     app.state.watch = watch
+    app.state.drain = drain  # begun by the server on SIGTERM (shim/server.py)
     return app

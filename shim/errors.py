@@ -11,13 +11,15 @@ UNAUTHORIZED = (401, "unauthorized")
 BUSY = (429, "busy")
 REQUEST_TIMEOUT = (408, "request_timeout")
 TOO_LARGE = (413, "request_too_large")
+# A POST after a draining shim stopped admitting (shim/drain.py), after auth and before admission.
+DRAINING = (503, "draining")
 # The app's own: validation (and the model's ValueError), an answer that cannot be read, no such route.
 INVALID = (422, "invalid_request")
 SCORING_FAILED = (500, "scoring_failed")
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 # Headers refused by the server before there is a request (shim/server.py).
 HEADERS_TOO_LARGE = (431, "request_header_too_large")
-# Seconds a 429 asks the caller to wait (Retry-After).
+# Seconds a 429 or a draining 503 asks the caller to wait (Retry-After).
 RETRY_AFTER_SECONDS = 1
 
 

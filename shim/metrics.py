@@ -5,6 +5,7 @@ intern_decision_shim_request_seconds{route}           histogram of the time to a
 intern_decision_shim_requests_in_flight               HTTP requests being handled now, any route
 intern_decision_shim_requests_queued                  admitted POSTs waiting for the inference lock (INV-2)
 intern_decision_shim_busy_total                       requests refused with 429 busy
+intern_decision_shim_client_gone_total                admitted requests not scored: their client went away first
 intern_decision_shim_triton_errors_total{kind}        failed inference requests to Triton, by kind (TRITON_ERROR_KINDS)
 intern_decision_shim_calls_per_request                histogram of the calls a planned request sends the model
 intern_decision_shim_model_up                         1 when the last health check found the model usable, else 0
@@ -47,6 +48,8 @@ class ShimMetrics:
         self.queued = Gauge(prefix + "requests_queued", "Admitted requests waiting for the inference lock",
                             registry=self.registry)
         self._busy = Counter(prefix + "busy", "Requests refused with 429 busy", registry=self.registry)
+        self.client_gone = Counter(prefix + "client_gone", "Admitted requests not scored: their client went away "
+                                   "before they reached the model", registry=self.registry)
         triton_errors = Counter(prefix + "triton_errors", "Failed inference requests to Triton, by kind", ["kind"],
                                 registry=self.registry)
         self.calls_per_request = Histogram(prefix + "calls_per_request", "Calls a planned request sends the model",

@@ -2,7 +2,9 @@
 
 1. auth (401) from the headers alone, so an unauthenticated request never takes a queue slot; exactly one
    Authorization header, scheme `Bearer` in any case;
-2. admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
+   API_TOKEN or, during a rotation, API_TOKEN_NEXT (shim/tokens.py);
+2. a draining shim's refusal (503 draining, with Retry-After; shim/drain.py), then admission (429, with
+   Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
 3. the body (413), counted as it arrives, chunked bodies included; a declared Content-Length is trusted only
    when it is ASCII digits, and then refuses early. The whole body must arrive within BODY_TIMEOUT_SECONDS of
    admission, else 408 and the connection is closed: a slow client cannot hold a queue slot;
@@ -11,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import re
 import uuid
 
@@ -19,20 +20,13 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import logs
-from .errors import BUSY, REQUEST_TIMEOUT, RETRY_AFTER_SECONDS, TOO_LARGE, UNAUTHORIZED, envelope
+from .drain import Drain
+from .errors import BUSY, DRAINING, REQUEST_TIMEOUT, RETRY_AFTER_SECONDS, TOO_LARGE, UNAUTHORIZED, envelope
+from .tokens import AcceptedTokens, bearer_matches
 
 _ASCII_DIGITS = re.compile(rb"[0-9]+")
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 REQUEST_ID_HEADER = b"x-request-id"
-
-
-def bearer_matches(headers: list[tuple[bytes, bytes]], token: bytes) -> bool:
-    """One Authorization header, `Bearer <token>` (scheme in any case); two of them are never guessed between."""
-    values = [value for name, value in headers if name == b"authorization"]
-    if len(values) != 1:
-        return False
-    scheme, _, credentials = values[0].strip().partition(b" ")
-    return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token)
 
 
 def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -54,9 +48,10 @@ class _TooLarge(Exception):
 
 class PostGuard:
     def __init__(self, app: ASGIApp, api_token: str, max_queue: int, max_body_bytes: int,
-                 body_timeout_seconds: float = 5.0):
+                 body_timeout_seconds: float = 5.0, api_token_next: str | None = None, drain: Drain | None = None):
         self.app = app
-        self._token = api_token.encode("ascii")
+        self._tokens = AcceptedTokens(api_token, api_token_next)
+        self._drain = drain if drain is not None else Drain(0.0)
         self._max_queue = max_queue
         self._max_body = max_body_bytes
         self._body_timeout = body_timeout_seconds
@@ -66,9 +61,13 @@ class PostGuard:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        if not bearer_matches(scope["headers"], self._token):
+        if not bearer_matches(scope["headers"], self._tokens):
             await refuse(scope, receive, send, UNAUTHORIZED, "missing or wrong bearer token",
                          {"WWW-Authenticate": "Bearer"})
+            return
+        if self._drain.refusing:
+            await refuse(scope, receive, send, DRAINING, "this replica is shutting down; retry (another replica)",
+                         {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"})
             return
         if self.in_progress >= self._max_queue:
             await refuse(scope, receive, send, BUSY,
@@ -77,22 +76,26 @@ class PostGuard:
             return
         self.in_progress += 1
         try:
-            try:
-                async with asyncio.timeout(self._body_timeout):
-                    body = await self._read_body(scope, receive)
-            except TimeoutError:
-                await refuse(scope, receive, send, REQUEST_TIMEOUT,
-                             f"the body did not arrive within {self._body_timeout:g} s (BODY_TIMEOUT_SECONDS)",
-                             {"Connection": "close"})
-                return
-            except _TooLarge:
-                await refuse(scope, receive, send, TOO_LARGE,
-                             f"the body is larger than {self._max_body} bytes (MAX_BODY_BYTES)")
-                return
-            if body is not None:
-                await self.app(scope, _replay(body, receive), send)
+            with self._drain.admitting():
+                await self._admitted(scope, receive, send)
         finally:
             self.in_progress -= 1
+
+    async def _admitted(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with asyncio.timeout(self._body_timeout):
+                body = await self._read_body(scope, receive)
+        except TimeoutError:
+            await refuse(scope, receive, send, REQUEST_TIMEOUT,
+                         f"the body did not arrive within {self._body_timeout:g} s (BODY_TIMEOUT_SECONDS)",
+                         {"Connection": "close"})
+            return
+        except _TooLarge:
+            await refuse(scope, receive, send, TOO_LARGE,
+                         f"the body is larger than {self._max_body} bytes (MAX_BODY_BYTES)")
+            return
+        if body is not None:
+            await self.app(scope, _replay(body, receive), send)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body, or None when the client went away; _TooLarge past MAX_BODY_BYTES."""

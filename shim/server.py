@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import signal
 import uuid
+from types import FrameType
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .drain import Drain
 from .errors import HEADERS_TOO_LARGE, envelope
 
 KEEP_ALIVE_SECONDS = 5  # idle time allowed between requests on one connection (uvicorn's timeout_keep_alive)
@@ -91,5 +95,29 @@ def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uv
                           timeout_keep_alive=KEEP_ALIVE_SECONDS, access_log=False, **logging)
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server; the first SIGTERM drains the app (shim/drain.py) before uvicorn's own graceful shutdown
+    starts, and the process then exits 0. A second SIGTERM, or SIGINT, is uvicorn's own."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain | None):
+        super().__init__(config)
+        self._drain = drain
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGTERM and self._drain is not None and not self._drain.draining and not self.should_exit:
+            self._drain.begin()
+            logging.getLogger("intern_decision.shim.drain").warning(
+                "SIGTERM: draining (health 503 now; admitting no more after the announcement)")
+            return
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._drain is not None and self._drain.done and not self.should_exit:
+            logging.getLogger("intern_decision.shim.drain").warning("drained: no admitted request left; exiting")
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+
 def run(app: Any, host: str, port: int, log_config: dict | None = None) -> None:
-    uvicorn.Server(config(app, host, port, log_config)).run()
+    drain = getattr(getattr(app, "state", None), "drain", None)
+    DrainingServer(config(app, host, port, log_config), drain).run()

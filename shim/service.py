@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from .access import note_usage
 from .combining import IncompleteAnswer, averaged_result, ordering_result
 from .errors import ApiError, Unreachable
+from .gone import ClientGone, acquire_unless_gone
 from .watch import ModelDown
 from .metrics import TRITON_ERROR_KINDS, ShimMetrics
 from .planning import Call, plan
@@ -33,7 +34,10 @@ class DecisionService:
         note_usage(calls=len(calls))
         self._metrics.queued.inc()
         try:
-            await self._lock.acquire()
+            await acquire_unless_gone(self._lock)
+        except ClientGone:
+            self._metrics.client_gone.inc()
+            raise
         finally:
             self._metrics.queued.dec()
         try:

@@ -27,6 +27,8 @@ class ShimSettings:
     triton_api_key: str
     probe_seconds: float
     body_timeout_seconds: float = 5.0
+    api_token_next: str | None = None
+    drain_seconds: float = 5.0
 
     def __repr__(self) -> str:  # never print the token or the key
         return f"ShimSettings(model_name={self.model_name!r}, triton_url={self.triton_url!r}, ...)"
@@ -37,6 +39,10 @@ class ShimSettings:
         triton_api_key = _secret(env, "TRITON_API_KEY")
         if triton_api_key == token:  # the key sits on tritonserver's command line; the token must never
             raise ValueError(f"{PREFIX}TRITON_API_KEY must differ from {PREFIX}API_TOKEN")
+        token_next = _secret(env, "API_TOKEN_NEXT") if env.get(PREFIX + "API_TOKEN_NEXT") else None
+        if token_next is not None and token_next in (token, triton_api_key):
+            raise ValueError(f"{PREFIX}API_TOKEN_NEXT must differ from {PREFIX}API_TOKEN and "
+                             f"{PREFIX}TRITON_API_KEY")
         triton_url = env.get(PREFIX + "TRITON_URL", "") or "127.0.0.1:8000"
         if not _HOST_PORT.fullmatch(triton_url) or not 1 <= int(triton_url.rsplit(":", 1)[1]) <= 65535:
             raise ValueError(f"{PREFIX}TRITON_URL must be host:port without a scheme, got {triton_url!r}")
@@ -48,6 +54,7 @@ class ShimSettings:
             raise ValueError(f"{PREFIX}MODEL_NAME must be a Triton model name, got {model_name!r}")
         return cls(
             api_token=token,
+            api_token_next=token_next,
             max_decisions=_integer(env, "MAX_DECISIONS", 64),
             max_body_bytes=_integer(env, "MAX_BODY_BYTES", 1024 * 1024),
             max_queue=_integer(env, "MAX_QUEUE", 32),
@@ -59,6 +66,7 @@ class ShimSettings:
             body_timeout_seconds=_seconds(env, "BODY_TIMEOUT_SECONDS", 5.0),
             triton_api_key=triton_api_key,
             probe_seconds=_seconds(env, "PROBE_SECONDS", 5.0),
+            drain_seconds=_seconds(env, "DRAIN_SECONDS", 5.0),
         )
 
 

@@ -3,7 +3,8 @@
     python start_shim.py [python -m shim arguments ...]
 
 The compose stack hands the shim its two secrets as files (docker secrets), never as variables in an env file:
-for NAME in INTERN_DECISION_API_TOKEN and INTERN_DECISION_TRITON_API_KEY, when NAME_FILE is set this reads the
+for NAME in INTERN_DECISION_API_TOKEN, INTERN_DECISION_API_TOKEN_NEXT (during a rotation) and
+INTERN_DECISION_TRITON_API_KEY, when NAME_FILE is set this reads the
 file (one trailing newline dropped), sets NAME for the shim alone and unsets NAME_FILE, then execs `python -m shim`.
 The shim validates the values itself (the token's rules are INV-6).
 
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-SECRETS = ("INTERN_DECISION_API_TOKEN", "INTERN_DECISION_TRITON_API_KEY")
+SECRETS = ("INTERN_DECISION_API_TOKEN", "INTERN_DECISION_API_TOKEN_NEXT", "INTERN_DECISION_TRITON_API_KEY")
 
 
 class Refused(Exception):

@@ -58,7 +58,8 @@ def test_a_missing_key_file_refuses_to_start(start_triton, tmp_path):
         start_triton.main([], {"INTERN_DECISION_TRITON_API_KEY_FILE": str(tmp_path / "absent")})
 
 
-@pytest.mark.parametrize("name", ["INTERN_DECISION_API_TOKEN", "INTERN_DECISION_API_TOKEN_FILE"])
+@pytest.mark.parametrize("name", ["INTERN_DECISION_API_TOKEN", "INTERN_DECISION_API_TOKEN_FILE",
+                                  "INTERN_DECISION_API_TOKEN_NEXT", "INTERN_DECISION_API_TOKEN_NEXT_FILE"])
 def test_triton_refuses_the_shims_api_token(start_triton, tmp_path, name):
     env = key_env(tmp_path, KEY)
     env[name] = "t" * 40
@@ -94,6 +95,13 @@ def test_the_shim_gets_its_secrets_from_files(start_shim, tmp_path):
     env = start_shim.environment({"INTERN_DECISION_API_TOKEN_FILE": str(tmp_path / "token"),
                                   "INTERN_DECISION_TRITON_API_KEY_FILE": str(tmp_path / "key"), "OTHER": "1"})
     assert env == {"INTERN_DECISION_API_TOKEN": "t" * 40, "INTERN_DECISION_TRITON_API_KEY": KEY, "OTHER": "1"}
+
+
+def test_the_next_token_comes_from_a_file_too(start_shim, tmp_path):
+    (tmp_path / "next").write_text("n" * 40 + "\n")
+    env = start_shim.environment({"INTERN_DECISION_API_TOKEN": "t" * 40,
+                                  "INTERN_DECISION_API_TOKEN_NEXT_FILE": str(tmp_path / "next")})
+    assert env == {"INTERN_DECISION_API_TOKEN": "t" * 40, "INTERN_DECISION_API_TOKEN_NEXT": "n" * 40}
 
 
 def test_without_files_the_environment_passes_unchanged(start_shim):

@@ -11,6 +11,7 @@ def flags(command: list[str], name: str) -> list[str]:
 
 def test_every_api_but_health_and_metadata_needs_this_runs_key_which_the_shim_gets(tmp_path, monkeypatch):
     monkeypatch.setenv("INTERN_DECISION_API_TOKEN", "t" * 40)
+    monkeypatch.setenv("INTERN_DECISION_API_TOKEN_NEXT", "n" * 40)
     server = TritonServer({}, tmp_path / "tritonserver.log")
     command = server._command
     groups = ",".join(RESTRICTED_APIS)
@@ -19,7 +20,7 @@ def test_every_api_but_health_and_metadata_needs_this_runs_key_which_the_shim_ge
     assert "health" not in RESTRICTED_APIS and "metadata" not in RESTRICTED_APIS
     assert len(server.api_key) >= 32
     assert shim_environment(server, {})["INTERN_DECISION_TRITON_API_KEY"] == server.api_key
-    assert "INTERN_DECISION_API_TOKEN" not in server._env
+    assert "INTERN_DECISION_API_TOKEN" not in server._env and "INTERN_DECISION_API_TOKEN_NEXT" not in server._env
     assert TritonServer({}, tmp_path / "other.log").api_key != server.api_key
 
 

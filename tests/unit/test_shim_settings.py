@@ -14,6 +14,7 @@ def test_defaults():
     assert settings.triton_url == "127.0.0.1:8000" and settings.model_name == "intern_decision"
     assert settings.metrics_url == "http://127.0.0.1:8002/metrics"
     assert settings.triton_api_key == KEY and settings.probe_seconds == 5.0
+    assert settings.drain_seconds == 5.0 and settings.api_token_next is None
     assert TOKEN not in repr(settings) and KEY not in repr(settings)
 
 
@@ -52,6 +53,7 @@ def test_the_triton_api_key_must_differ_from_the_token():
     ("TRITON_METRICS_URL", "127.0.0.1:8002/metrics"), ("MODEL_NAME", "a b"),
     ("CALL_TIMEOUT_SECONDS", "0"), ("CALL_TIMEOUT_SECONDS", "inf"), ("HEALTH_TIMEOUT_SECONDS", "soon"),
     ("PROBE_SECONDS", "0"), ("PROBE_SECONDS", "-5"), ("PROBE_SECONDS", "nan"),
+    ("DRAIN_SECONDS", "0"), ("DRAIN_SECONDS", "inf"),
 ])
 def test_a_bad_value_is_refused_naming_the_variable(name, value):
     with pytest.raises(ValueError, match=f"INTERN_DECISION_{name} "):

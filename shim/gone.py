@@ -1,0 +1,103 @@
+"""A request whose client went away before it reached the model is not scored (one already scoring finishes).
+
+ClientWatch, pure ASGI middleware inside the POST guard, passes the body on and then keeps reading the request's
+channel in the background: the server sends `http.disconnect` there when the client closes the connection. The
+service waits for the inference lock (INV-2) through `acquire_unless_gone`, which gives up when the client goes
+while it waits and checks once more when it has the lock. A gone client's request therefore never costs a call,
+and frees its queue slot at once. Such a request is logged 499 and counted in
+intern_decision_shim_client_gone_total.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from contextvars import ContextVar
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import ApiError
+
+CLIENT_GONE = (499, "client_gone")  # logged, never seen by anyone: there is no one to answer
+
+_current: ContextVar["_Channel | None"] = ContextVar("intern_decision_client", default=None)
+
+
+class ClientGone(ApiError):
+    """The client went away before its request reached the model."""
+
+
+class _Channel:
+    def __init__(self, receive: Receive):
+        self._receive = receive
+        self.gone = asyncio.Event()
+        self._listener: asyncio.Task | None = None
+
+    async def receive(self) -> Message:
+        if self._listener is not None:  # the body was read: what can come now is the end
+            await self.gone.wait()
+            return {"type": "http.disconnect"}
+        message = await self._receive()
+        if message["type"] == "http.disconnect":
+            self.gone.set()
+        elif not message.get("more_body", False):
+            self._listener = asyncio.create_task(self._listen(), name="client-watch")
+        return message
+
+    async def _listen(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self.gone.set()
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+
+
+class ClientWatch:
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        channel = _Channel(receive)
+        token = _current.set(channel)
+        try:
+            await self.app(scope, channel.receive, send)
+        finally:
+            _current.reset(token)
+            await channel.close()
+
+
+def client_gone() -> bool:
+    channel = _current.get()
+    return channel is not None and channel.gone.is_set()
+
+
+async def acquire_unless_gone(lock: asyncio.Lock) -> None:
+    """lock.acquire(), unless the request's client goes first (ClientGone, the lock not held). Outside a request
+    watched by ClientWatch, a plain acquire."""
+    channel = _current.get()
+    if channel is None:
+        await lock.acquire()
+        return
+    acquiring = asyncio.ensure_future(lock.acquire())
+    gone = asyncio.ensure_future(channel.gone.wait())
+    acquired = False
+    try:
+        await asyncio.wait({acquiring, gone}, return_when=asyncio.FIRST_COMPLETED)
+        acquired = acquiring.done() and not channel.gone.is_set()
+    finally:
+        gone.cancel()
+        if not acquired:
+            acquiring.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acquiring
+            if not acquiring.cancelled():  # it got the lock after all: give it back
+                lock.release()
+    if not acquired:
+        raise ClientGone(CLIENT_GONE[0], CLIENT_GONE[1],
+                         "the client went away before its request reached the model")

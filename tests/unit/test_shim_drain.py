@@ -1,0 +1,121 @@
+"""Draining on SIGTERM (shim/drain.py, shim/server.py): /health 503 at once, POSTs admitted while the drain is
+announced and refused after it (401 still first), admitted requests finished, then the server exits."""
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import httpx
+import pytest
+
+from shim.app import create_app
+from shim.drain import Drain
+from shim.server import DrainingServer, config
+
+from .fake_model import FakeModel
+from .test_shim_app import AUTH, decide_body, make_settings
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_drain_refuses_after_its_announcement_and_is_done_when_nothing_admitted_is_left():
+    clock = Clock()
+    drain = Drain(2.0, clock)
+    assert not drain.draining and not drain.refusing and not drain.done
+    with drain.admitting():
+        drain.begin()
+        assert drain.draining and not drain.refusing
+        clock.now += 2.0
+        drain.begin()  # a second call keeps the first moment
+        assert drain.refusing and not drain.done  # one admitted request is not finished
+    assert drain.done
+
+
+@pytest.fixture
+def draining_app():
+    model = FakeModel(base={"approve": 1.0})
+    app = create_app(make_settings(drain_seconds="0.2"), model)
+    return app, model
+
+
+async def test_health_is_503_draining_at_once(draining_app):
+    app, _ = draining_app
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
+        assert (await client.get("/health")).status_code == 200
+        app.state.drain.begin()
+        health = await client.get("/health")
+    assert health.status_code == 503
+    assert health.json() == {"status": "draining",
+                             "error": {"code": "draining", "message": "this replica is shutting down"}}
+
+
+async def test_posts_are_admitted_during_the_announcement_then_refused_with_retry_after(draining_app):
+    app, model = draining_app
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
+        app.state.drain.begin()
+        admitted = await client.post("/decide", json=decide_body(), headers=AUTH)
+        assert admitted.status_code == 200
+        await asyncio.sleep(0.25)
+        refused = await client.post("/decide", json=decide_body(), headers=AUTH)
+        unauthenticated = await client.post("/decide", json=decide_body())
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "draining"
+    assert refused.headers["retry-after"] == "1" and refused.headers["connection"] == "close"
+    assert unauthenticated.status_code == 401  # auth before the drain, as before admission
+    assert len(model.calls) == 1
+
+
+async def test_a_request_admitted_before_the_drain_finishes_and_then_the_drain_is_done(draining_app):
+    app, model = draining_app
+    model.gate = asyncio.Event()
+    drain = app.state.drain
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
+        scoring = asyncio.create_task(client.post("/decide", json=decide_body(), headers=AUTH))
+        while not model.calls:
+            await asyncio.sleep(0.005)
+        drain.begin()
+        await asyncio.sleep(0.25)
+        assert drain.refusing and not drain.done
+        model.gate.set()
+        assert (await scoring).status_code == 200
+    assert drain.done
+
+
+def test_the_first_sigterm_drains_and_a_second_one_is_uvicorns():
+    app = create_app(make_settings(), FakeModel())
+    server = DrainingServer(config(app, "127.0.0.1", 0), app.state.drain)
+    server.handle_exit(signal.SIGTERM, None)
+    assert app.state.drain.draining and not server.should_exit
+    server.handle_exit(signal.SIGTERM, None)
+    assert server.should_exit
+
+
+def test_sigint_is_uvicorns_own_at_once():
+    app = create_app(make_settings(), FakeModel())
+    server = DrainingServer(config(app, "127.0.0.1", 0), app.state.drain)
+    server.handle_exit(signal.SIGINT, None)
+    assert server.should_exit and not app.state.drain.draining
+
+
+async def test_the_server_exits_once_the_drain_is_done():
+    clock = Clock()
+    drain = Drain(1.0, clock)
+    server = DrainingServer(config(create_app(make_settings(), FakeModel()), "127.0.0.1", 0), drain)
+    server.handle_exit(signal.SIGTERM, None)
+    with drain.admitting():
+        clock.now += 1.0
+        assert await server.on_tick(1) is False
+    assert await server.on_tick(2) is True

@@ -1,0 +1,118 @@
+"""A request whose client went away before it reached the model is not scored, and counted; one already scoring
+finishes (shim/gone.py), over a fake model held by a gate."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from shim.app import create_app
+from shim.gone import ClientGone, acquire_unless_gone
+from shim.metrics import ShimMetrics
+
+from .asgi_exchange import RawRequest
+from .fake_model import FakeModel
+from .test_shim_app import AUTH, decide_body, make_settings, shared_body
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def until(condition, seconds: float = 2.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def gone_count(metrics: ShimMetrics) -> float:
+    return metrics.registry.get_sample_value("intern_decision_shim_client_gone_total")
+
+
+def queued(metrics: ShimMetrics) -> float:
+    return metrics.registry.get_sample_value("intern_decision_shim_requests_queued")
+
+
+@pytest.fixture
+def held():
+    """An app over a model whose calls wait for a gate, and its metrics."""
+    model = FakeModel(base={"approve": 1.0})
+    model.gate = asyncio.Event()
+    metrics = ShimMetrics()
+    return create_app(make_settings(), model, metrics), model, metrics
+
+
+async def test_a_request_whose_client_goes_while_it_waits_for_the_lock_is_never_scored(held):
+    app, model, metrics = held
+    scoring = RawRequest(app, "/decide", decide_body(id="first"), AUTH).start()
+    await until(lambda: len(model.calls) == 1)
+    waiting = RawRequest(app, "/decide", decide_body(id="second"), AUTH).start()
+    await until(lambda: queued(metrics) == 1)
+    waiting.leave.set()
+    await asyncio.wait_for(waiting.task, 2)
+    assert waiting.status == 499
+    assert gone_count(metrics) == 1 and queued(metrics) == 0
+    model.gate.set()
+    await asyncio.wait_for(scoring.task, 2)
+    assert scoring.status == 200
+    assert len(model.calls) == 1 and len(model.request_ids) == 1
+    after = RawRequest(app, "/decide", decide_body(id="third"), AUTH).start()
+    await asyncio.wait_for(after.task, 2)
+    assert after.status == 200 and len(model.calls) == 2  # the lock was left free
+
+
+async def test_a_request_already_scoring_finishes_every_call_when_its_client_goes(held):
+    app, model, metrics = held
+    request = RawRequest(app, "/decide/shared", shared_body(40), AUTH).start()  # 3 calls
+    await until(lambda: len(model.calls) == 1)
+    request.leave.set()
+    await asyncio.sleep(0.05)
+    model.gate.set()
+    await asyncio.wait_for(request.task, 2)
+    assert len(model.calls) == 3
+    assert gone_count(metrics) == 0
+
+
+async def test_a_client_gone_before_its_turn_frees_its_queue_slot_at_once(held):
+    _, model, metrics = held
+    app = create_app(make_settings(max_queue="2"), model, metrics)
+    scoring = RawRequest(app, "/decide", decide_body(id="first"), AUTH).start()
+    await until(lambda: len(model.calls) == 1)
+    waiting = RawRequest(app, "/decide", decide_body(id="second"), AUTH).start()
+    await until(lambda: queued(metrics) == 1)
+    refused = RawRequest(app, "/decide", decide_body(id="third"), AUTH).start()
+    await asyncio.wait_for(refused.task, 2)
+    assert refused.status == 429
+    waiting.leave.set()
+    await asyncio.wait_for(waiting.task, 2)
+    admitted = RawRequest(app, "/decide", decide_body(id="fourth"), AUTH).start()
+    await until(lambda: queued(metrics) == 1)
+    model.gate.set()
+    await asyncio.wait_for(asyncio.gather(scoring.task, admitted.task), 2)
+    assert (scoring.status, admitted.status) == (200, 200)
+    assert len(model.calls) == 2
+
+
+async def test_acquire_unless_gone_is_a_plain_acquire_outside_a_watched_request():
+    lock = asyncio.Lock()
+    await acquire_unless_gone(lock)
+    assert lock.locked()
+
+
+async def test_a_lock_won_in_the_same_moment_the_client_goes_is_given_back():
+    from shim import gone
+
+    lock = asyncio.Lock()
+    channel = gone._Channel(None)
+    token = gone._current.set(channel)
+    try:
+        channel.gone.set()
+        with pytest.raises(ClientGone):
+            await acquire_unless_gone(lock)
+    finally:
+        gone._current.reset(token)
+    assert not lock.locked()
