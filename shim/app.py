@@ -79,7 +79,7 @@ def openapi_document() -> bytes:
 
 
 def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics | None = None) -> Starlette:
-    """model: anything with TritonModel's async predict_calls/ready/facts/ping/reload/open/close (a fake in unit
+    """model: anything with TritonModel's async predict_calls/ready/facts/ping/open/close (a fake in unit
     tests). metrics: the series this app updates (a fresh set when None); python -m shim serves their registry."""
     model = model if model is not None else TritonModel(settings)
     metrics = metrics if metrics is not None else ShimMetrics()
@@ -99,7 +99,7 @@ def create_app(settings: ShimSettings, model: Any = None, metrics: ShimMetrics |
             except ApiError as exc:
                 not_ready = exc.message
         if not_ready is not None:
-            facts.clear()  # a reloaded model may bring other pins
+            facts.clear()  # a restarted Triton may bring other pins
         metrics.model_up.set(not_ready is None)
         return not_ready, cached_facts
 

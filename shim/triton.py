@@ -2,7 +2,7 @@
 
 tritonclient builds and parses the binary KServe v2 bodies; they travel over kept-alive HTTP/1.1 connections of our
 own (http1): one for inferences, one for health, so /health never waits behind an inference, and one for the
-watch's pings and reloads (shim/watch.py). A request's calls go to the model as one inference request. The model
+watch's pings (shim/watch.py). A request's calls go to the model as one inference request. The model
 facts come from the info gauge on Triton's metrics port, which Triton serves itself. Inference and the model
 repository are restricted APIs: those calls carry the key (INTERN_DECISION_TRITON_API_KEY); readiness is open.
 """
@@ -27,8 +27,6 @@ from .watch import Probe
 
 TRANSPORT_ERRORS = (OSError, TimeoutError, httptools.HttpParserError)
 JSON_HEADERS = {"Accept": "application/json"}
-# Loading the model runs its whole startup (weights, checks, warm-up); Triton answers the load call when it is done.
-LOAD_TIMEOUT_SECONDS = 900.0
 
 
 def facts_from_metrics(text: str, model_name: str) -> ModelFacts | None:
@@ -52,7 +50,6 @@ class TritonModel:
     def __init__(self, settings: ShimSettings):
         self._settings = settings
         self._infer_path = ping.infer_path(settings.model_name)
-        self._repository_path = f"/v2/repository/models/{settings.model_name}"
         self._key = {ping.API_KEY_HEADER: settings.triton_api_key}
         self._inference = Http1Connection(*_host_port(settings.triton_url))
         self._health = Http1Connection(*_host_port(settings.triton_url))
@@ -110,7 +107,7 @@ class TritonModel:
         return None
 
     async def ping(self) -> Probe:
-        """Whether the model answers a ping (wire/ping.py), and when not whether a reload may heal it."""
+        """Whether the model answers a ping (wire/ping.py), and when not whether Triton answered it."""
         timeout = self._settings.health_timeout_seconds
         try:
             response = await self._control.request("POST", self._infer_path, timeout, ping.BODY,
@@ -122,19 +119,7 @@ class TritonModel:
         problem = ping.pong_error(response.status, response.body)
         if problem is None:
             return Probe(True)
-        return Probe(False, f"the model does not answer a ping: {problem}", reloadable=True)
-
-    async def reload(self) -> str | None:
-        """Unload the model, then load it again (a new stub process); None when loaded, else why not."""
-        for action, timeout in (("unload", self._settings.health_timeout_seconds), ("load", LOAD_TIMEOUT_SECONDS)):
-            try:
-                response = await self._control.request("POST", f"{self._repository_path}/{action}", timeout,
-                                                       b"{}", {"Content-Type": "application/json", **self._key})
-            except TRANSPORT_ERRORS as exc:
-                return f"{action}: Triton did not answer: {type(exc).__name__}: {exc}"
-            if response.status != 200:
-                return f"{action}: Triton answered {response.status}: {_triton_error(response.body)}"
-        return None
+        return Probe(False, f"the model does not answer a ping: {problem}", triton_answered=True)
 
     async def facts(self) -> ModelFacts:
         try:

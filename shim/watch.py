@@ -1,4 +1,4 @@
-"""Whether the model answers, and healing it when it does not (docs/operations.md, "When the model process dies").
+"""Whether the model answers (docs/operations.md, "When the model process dies").
 
 Triton's readiness does not see the python backend's stub process die: the model stays "ready" while every
 inference answers "Stub process ... is not healthy", and Triton never starts a new stub. So the watch pings the
@@ -9,26 +9,24 @@ model through Triton (wire/ping.py) under the service's lock, so that a ping nev
 * every `probe_seconds` while up and idle (an inference in progress speaks for itself), every `retry_seconds`
   while down.
 
-A ping that Triton answers with an error means the model's process is broken: the watch asks Triton to unload and
-load the model again (a new stub), waiting RELOAD_DELAYS[k] seconds before reload k + 1, at most len(RELOAD_DELAYS)
-times; the count starts over once the model has stayed up for `stable_seconds` after a reload. A Triton that does
-not answer, or a ping that times out, is waited for, never reloaded: a restarted Triton loads the model itself.
+The shim does not heal the model itself: an in-place reload leaves the dead stub's shared memory behind in
+tritonserver until it exits. What runs Triton restarts it instead (the Triton container's watchdog under Compose,
+the liveness probe in Kubernetes); the watch keeps pinging and the model is up again once a new tritonserver has
+loaded it.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import UNAVAILABLE, ApiError
 
 log = logging.getLogger("intern_decision.shim.watch")
 
-RELOAD_DELAYS = (0.0, 5.0, 15.0, 45.0, 135.0)
 RETRY_SECONDS = 1.0
-STABLE_SECONDS = 60.0
+RESTART_HINT = "waiting for tritonserver to be restarted (docs/operations.md, \"When the model process dies\")"
 
 
 class ModelDown(ApiError):
@@ -37,30 +35,25 @@ class ModelDown(ApiError):
 
 @dataclass(frozen=True)
 class Probe:
-    """One ping's outcome; reloadable when Triton answered, so the model's process (not Triton) is what fails."""
+    """One ping's outcome; triton_answered when Triton answered it with an error, so the model's process (not
+    Triton) is what fails, and only a restart of tritonserver heals it."""
 
     ok: bool
     reason: str = ""
-    reloadable: bool = False
+    triton_answered: bool = False
 
 
 class ModelWatch:
     """Wraps the model for DecisionService (predict_calls) and keeps `down`: None, or why the model is down."""
 
     def __init__(self, model: Any, lock: asyncio.Lock, probe_seconds: float, *,
-                 retry_seconds: float = RETRY_SECONDS, reload_delays: tuple[float, ...] = RELOAD_DELAYS,
-                 stable_seconds: float = STABLE_SECONDS, clock: Callable[[], float] = time.monotonic):
+                 retry_seconds: float = RETRY_SECONDS):
         self._model = model
         self._lock = lock
         self._probe_seconds = probe_seconds
         self._retry_seconds = retry_seconds
-        self._reload_delays = reload_delays
-        self._stable_seconds = stable_seconds
-        self._clock = clock
         self._wake = asyncio.Event()
         self._wake.set()  # the first ping at once
-        self._reloads = 0
-        self._last_reload: float | None = None
         self.down: str | None = None
 
     async def predict_calls(self, requests: list[dict], request_id: str) -> list[dict]:
@@ -99,33 +92,10 @@ class ModelWatch:
             probe = await self._model.ping()
         if probe.ok:
             self._mark_up()
-        elif probe.reloadable:
-            await self._heal(probe.reason)
+        elif probe.triton_answered:
+            self._mark_down(f"{probe.reason}; {RESTART_HINT}")
         else:
             self._mark_down(probe.reason)
-
-    async def _heal(self, reason: str) -> None:
-        attempts = len(self._reload_delays)
-        if self._reloads >= attempts:
-            self._mark_down(f"{reason}; {attempts} reloads did not heal it: a person must look "
-                            f"(docs/operations.md, \"When the model process dies\")", level=logging.ERROR)
-            return
-        delay = self._reload_delays[self._reloads]
-        self._reloads += 1
-        waiting = f", in {delay:g} s" if delay else ""
-        self._mark_down(f"{reason}; reloading it (reload {self._reloads} of {attempts}{waiting})")
-        if delay:
-            await asyncio.sleep(delay)
-        log.warning("reloading the model (reload %d of %d)", self._reloads, attempts)
-        started = self._clock()
-        problem = await self._model.reload()
-        self._last_reload = self._clock()
-        if problem is None:
-            log.warning("the model was reloaded in %.1f s; checking it", self._last_reload - started)
-            self._wake.set()
-        else:
-            self._mark_down(f"{reason}; reload {self._reloads} of {attempts} failed: {problem}",
-                            level=logging.ERROR)
 
     def _mark_down(self, reason: str, level: int = logging.WARNING) -> None:
         if reason != self.down:
@@ -136,5 +106,3 @@ class ModelWatch:
         if self.down is not None:
             log.warning("the model answers again")
         self.down = None
-        if self._last_reload is None or self._clock() - self._last_reload >= self._stable_seconds:
-            self._reloads = 0

@@ -8,6 +8,9 @@ every HTTP call to the restricted APIs must then carry the header `triton-api-ke
 `triton-grpc-protocol-triton-api-key`). Health and metadata stay open, for the healthcheck and the shim's
 readiness probe. The key never enters the environment.
 
+tritonserver runs under watchdog.py, which ends it with a non-zero status when the model stays unreachable, so
+that the container's restart policy brings a new one (the heal by restart).
+
 tritonserver waits at most EXIT_TIMEOUT_SECONDS for inferences in flight when it is stopped (a dead python stub
 holds it that long; Triton's default is 30 s). The python backend's shared-memory regions carry SHM_PREFIX, and
 regions of that prefix left in /dev/shm by an earlier run (a stub that died) are removed before tritonserver starts.
@@ -44,8 +47,12 @@ class Refused(Exception):
     """A reason not to start."""
 
 
+def key_path(env: Mapping[str, str]) -> Path:
+    return Path(env.get(KEY_FILE_VARIABLE) or DEFAULT_KEY_FILE)
+
+
 def read_key(env: Mapping[str, str]) -> str:
-    path = Path(env.get(KEY_FILE_VARIABLE) or DEFAULT_KEY_FILE)
+    path = key_path(env)
     try:
         key = path.read_text(encoding="ascii")
     except (OSError, UnicodeDecodeError) as exc:
@@ -109,4 +116,7 @@ if __name__ == "__main__":
         sys.exit(2)
     for region in remove_stale_regions():
         print(f"removed a stale shared-memory region: {region}", file=sys.stderr)
-    os.execvp(args[0], args)
+    import watchdog  # beside this script in the image
+
+    sys.exit(watchdog.main(["--key-file", str(key_path(os.environ)),
+                            "--exit-timeout", str(EXIT_TIMEOUT_SECONDS + 5), "--shm-prefix", SHM_PREFIX, "--", *args]))

@@ -1,13 +1,17 @@
-"""A dead model process, end to end: a tritonserver and a shim of this module's own (the session's are never killed).
+"""A dead model process, end to end: a tritonserver run by the Triton container's watchdog
+(docker/triton/watchdog.py) and a shim of this module's own (the session's are never killed).
 
 The python backend's stub is killed while idle and in the middle of a request, then tritonserver itself is killed
-in the middle of a request and started again; each time the service must say so on /health and heal by itself.
+in the middle of a request. Each time the service says so on /health, the watchdog ends tritonserver with a
+non-zero status leaving no process and no shared memory behind, and a restart (what the container's restart policy
+does; played here) serves again behind the same shim, which never reloads anything itself.
 Last, stopping Triton must be quick and leave none of its shared memory behind, a dead stub or not.
 """
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -25,7 +29,9 @@ from .conftest import SHIM_TOKEN, model_env
 pytestmark = pytest.mark.triton
 AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 PROBE_SECONDS = 0.5
-HEAL_SECONDS = 120  # a reload runs the model's whole startup: a few seconds here, more on a loaded machine
+WATCHDOG = Path(__file__).resolve().parents[2] / "docker" / "triton" / "watchdog.py"
+DOWN_SECONDS = 2.0  # the watchdog's window; the image's default is 30 s
+RESTART_SECONDS = 240  # a new tritonserver loads the model: a few seconds here, more on a loaded machine
 OPTIONS = [{"id": "yes", "description": "Do it."}, {"id": "no", "description": "Do not."}]
 SMALL = {"id": "small", "state": "A short state.", "question": "Proceed?", "options": OPTIONS}
 # Twenty calls over a long state: seconds of work for the model, so that a kill lands in the middle of it.
@@ -33,23 +39,50 @@ LONG = {"state": "word " * 600,
         "decisions": [{"id": f"d{n}", "question": f"Is step {n} needed?", "options": OPTIONS} for n in range(320)]}
 
 
+class WatchedTriton(TritonServer):
+    """tritonserver on CPU under the watchdog, as the image's start script runs it."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, **options):
+        super().__init__(env, log_path, **options)
+        key_file = log_path.with_name(log_path.stem + ".key")
+        key_file.touch(mode=0o600)
+        key_file.write_text(self.api_key)
+        self._command = [sys.executable, str(WATCHDOG), "--url", self.http_url, "--key-file", str(key_file),
+                         "--ping-seconds", str(PROBE_SECONDS), "--down-seconds", str(DOWN_SECONDS),
+                         "--exit-timeout", str(EXIT_TIMEOUT_SECONDS + 5), "--shm-prefix", self.shm_prefix,
+                         "--", *self._command]
+
+    @property
+    def server_pid(self) -> int:
+        (pid,) = [pid for pid, name in children(self.pid).items() if name == "tritonserver"]
+        return pid
+
+
 class Stack:
-    def __init__(self, triton: TritonServer, folder: Path):
-        self.triton = triton
+    def __init__(self, env: dict[str, str], folder: Path):
+        self.env = env
         self.folder = folder
+        self.starts = 0
+        self.triton = self.new_triton()
         self.shim: ShimServer | None = None
         self.http: httpx.Client | None = None
+
+    def new_triton(self, like: WatchedTriton | None = None) -> WatchedTriton:
+        log_path = self.folder / f"tritonserver-{self.starts}.log"
+        self.starts += 1
+        if like is None:
+            return WatchedTriton(self.env, log_path)
+        return WatchedTriton(self.env, log_path, ports=like.ports, api_key=like.api_key)
 
 
 @pytest.fixture(scope="module")
 def stack(fixture_pins, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("healing")
-    stack = Stack(TritonServer(model_env(fixture_pins), folder / "tritonserver-0.log").start(), folder)
+    stack = Stack(model_env(fixture_pins), tmp_path_factory.mktemp("healing"))
     try:
-        stack.triton.wait_ready(timeout=240)
+        stack.triton.start().wait_ready(timeout=240)
         env = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_MAX_DECISIONS": "1024",
                "INTERN_DECISION_PROBE_SECONDS": str(PROBE_SECONDS)}
-        stack.shim = ShimServer(stack.triton, env, folder / "shim.log").start()
+        stack.shim = ShimServer(stack.triton, env, stack.folder / "shim.log").start()
         stack.shim.wait_ready(timeout=60)
         with httpx.Client(base_url=stack.shim.url, timeout=300) as http:
             stack.http = http
@@ -77,7 +110,8 @@ def children(pid: int) -> dict[int, str]:
 
 
 def stub_pid(triton: TritonServer) -> int:
-    (pid,) = [pid for pid, name in children(triton.pid).items() if name.startswith("triton_python")]
+    server = triton.server_pid if isinstance(triton, WatchedTriton) else triton.pid
+    (pid,) = [pid for pid, name in children(server).items() if name.startswith("triton_python")]
     return pid
 
 
@@ -117,84 +151,6 @@ def long_request_killing(stack: Stack, kill) -> httpx.Response:
         return answer.result()
 
 
-def assert_healed(stack: Stack, dead_stub: int) -> None:
-    """/health 200 again within HEAL_SECONDS, and a new stub answers."""
-    health_within(stack.http, 200, HEAL_SECONDS)
-    assert stub_pid(stack.triton) != dead_stub
-    assert stack.http.post("/decide", json=SMALL, headers=AUTH).status_code == 200
-
-
-def test_a_stub_killed_while_idle_turns_health_503_then_the_shim_reloads_the_model(stack):
-    health_within(stack.http, 200, 10)
-    dead = stub_pid(stack.triton)
-    os.kill(dead, signal.SIGKILL)
-    health, _ = health_within(stack.http, 503, PROBE_SECONDS + 5)
-    assert health.json()["error"]["code"] == "model_unavailable"
-    assert "Stub process 'intern_decision_0_0' is not healthy." in health.json()["error"]["message"]
-    assert_healed(stack, dead)
-    assert "reloading the model (reload 1 of 5)" in stack.shim.log_text()
-
-
-def test_a_stub_killed_mid_request_fails_that_request_health_503_at_once_then_heals(stack):
-    dead = None
-
-    def kill_stub(stub: int) -> None:
-        nonlocal dead
-        dead = stub
-        os.kill(stub, signal.SIGKILL)
-
-    answer = long_request_killing(stack, kill_stub)
-    assert answer.status_code == 502, answer.text
-    assert answer.json()["error"]["code"] == "model_unavailable"
-    assert "Stub process 'intern_decision_0_0' is not healthy." in answer.json()["error"]["message"]
-    health = stack.http.get("/health")
-    assert health.status_code == 503, "/health must turn 503 as soon as an inference met the dead stub"
-    refused = stack.http.post("/decide", json=SMALL, headers=AUTH)
-    assert refused.status_code == 502 and refused.json()["error"]["code"] == "model_unavailable"
-    assert_healed(stack, dead)
-
-
-def test_triton_killed_mid_request_fails_that_request_then_a_restarted_triton_serves_again(stack, fixture_pins):
-    killed, orphan = stack.triton, stub_pid(stack.triton)
-    # Its whole process group, as when a container's main process dies: a stub orphaned in the middle of a
-    # request would hang on to the server's sockets.
-    answer = long_request_killing(stack, lambda stub: os.killpg(killed.pid, signal.SIGKILL))
-    assert answer.status_code == 502 and answer.json()["error"]["code"] == "model_unavailable"
-    assert "Triton did not answer" in answer.json()["error"]["message"]
-    health, _ = health_within(stack.http, 503, 5)
-    assert "Triton did not answer" in health.json()["error"]["message"]
-    killed.stop()
-    assert killed.shared_memory_regions() == []
-    assert not alive(orphan)
-    # What a container's restart policy does: the same server, ports and key, started again.
-    stack.triton = TritonServer(model_env(fixture_pins), stack.folder / "tritonserver-1.log", ports=killed.ports,
-                                api_key=killed.api_key).start()
-    stack.triton.wait_ready(timeout=240)
-    health_within(stack.http, 200, 30)
-    assert stack.http.post("/decide", json=SMALL, headers=AUTH).status_code == 200
-
-
-def test_stopping_triton_is_quick_and_leaves_no_shared_memory_even_with_a_dead_stub(stack, fixture_pins):
-    stack.shim.stop()  # nothing reloads the model behind this test's back
-    healthy = stack.triton
-    started = time.monotonic()
-    assert healthy.stop() == 0
-    assert time.monotonic() - started < EXIT_TIMEOUT_SECONDS + 3
-    assert healthy.shared_memory_regions() == []
-
-    dead = TritonServer(model_env(fixture_pins), stack.folder / "tritonserver-2.log").start()
-    stack.triton = dead
-    dead.wait_ready(timeout=240)
-    os.kill(stub_pid(dead), signal.SIGKILL)
-    assert "is not healthy" in ping(dead.http_url, MODEL_NAME, dead.api_key, timeout=10)
-    # Triton's own readiness does not see it: the reason for the ping.
-    assert httpx.get(f"http://{dead.http_url}/v2/models/{MODEL_NAME}/ready").status_code == 200
-    started = time.monotonic()
-    dead.stop()
-    assert time.monotonic() - started < EXIT_TIMEOUT_SECONDS + 3  # Triton's default waits 30 s
-    assert dead.shared_memory_regions() == []
-
-
 def alive(pid: int, timeout: float = 10) -> bool:
     """Whether pid is still a live process (not gone, not a zombie) after up to timeout seconds."""
     deadline = time.monotonic() + timeout
@@ -206,3 +162,87 @@ def alive(pid: int, timeout: float = 10) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def assert_ended_leaving_nothing(stack: Stack, expected_status: int, processes: list[int]) -> None:
+    """The watchdog exits with expected_status well within its window, and no process or region of it is left."""
+    watched = stack.triton
+    assert watched.wait(DOWN_SECONDS + EXIT_TIMEOUT_SECONDS + 30) == expected_status
+    for pid in processes:
+        assert not alive(pid), f"process {pid} outlived the watchdog"
+    assert watched.shared_memory_regions() == []
+
+
+def assert_restart_heals(stack: Stack) -> None:
+    """A restarted tritonserver loads the model; the same shim answers again, without reloading anything."""
+    stack.triton = stack.new_triton(like=stack.triton).start()
+    stack.triton.wait_ready(timeout=RESTART_SECONDS)
+    health_within(stack.http, 200, 30)
+    assert stack.http.post("/decide", json=SMALL, headers=AUTH).status_code == 200
+    assert "reload" not in stack.shim.log_text()
+
+
+def test_a_stub_killed_while_idle_turns_health_503_and_the_watchdog_ends_triton_for_a_restart(stack):
+    health_within(stack.http, 200, 10)
+    server, dead = stack.triton.server_pid, stub_pid(stack.triton)
+    os.kill(dead, signal.SIGKILL)
+    health, _ = health_within(stack.http, 503, PROBE_SECONDS + 5)
+    assert health.json()["error"]["code"] == "model_unavailable"
+    assert "Stub process 'intern_decision_0_0' is not healthy." in health.json()["error"]["message"]
+    assert "waiting for tritonserver to be restarted" in health.json()["error"]["message"]
+    assert_ended_leaving_nothing(stack, 3, [server, dead])
+    assert "has not answered a ping for 2 s" in stack.triton.log_text()
+    assert_restart_heals(stack)
+
+
+def test_a_stub_killed_mid_request_fails_that_request_health_503_at_once_then_a_restart_heals(stack):
+    server, dead = stack.triton.server_pid, None
+
+    def kill_stub(stub: int) -> None:
+        nonlocal dead
+        dead = stub
+        os.kill(stub, signal.SIGKILL)
+
+    answer = long_request_killing(stack, kill_stub)
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["error"]["code"] == "model_unavailable"
+    assert "Stub process 'intern_decision_0_0' is not healthy." in answer.json()["error"]["message"]
+    assert stack.http.get("/health").status_code == 503, "/health must turn 503 as soon as an inference met the dead stub"
+    refused = stack.http.post("/decide", json=SMALL, headers=AUTH)
+    assert refused.status_code == 502 and refused.json()["error"]["code"] == "model_unavailable"
+    assert_ended_leaving_nothing(stack, 3, [server, dead])
+    assert_restart_heals(stack)
+
+
+def test_triton_killed_mid_request_fails_that_request_then_a_restarted_triton_serves_again(stack):
+    server, orphan = stack.triton.server_pid, stub_pid(stack.triton)
+    # Its whole process group, as when the server crashes: a stub orphaned in the middle of a request would hang
+    # on to the server's sockets.
+    answer = long_request_killing(stack, lambda stub: os.killpg(server, signal.SIGKILL))
+    assert answer.status_code == 502 and answer.json()["error"]["code"] == "model_unavailable"
+    assert "Triton did not answer" in answer.json()["error"]["message"]
+    health, _ = health_within(stack.http, 503, 5)
+    assert "Triton did not answer" in health.json()["error"]["message"]
+    assert_ended_leaving_nothing(stack, 128 + signal.SIGKILL, [server, orphan])
+    assert_restart_heals(stack)
+
+
+def test_stopping_triton_is_quick_and_leaves_no_shared_memory_even_with_a_dead_stub(stack, fixture_pins):
+    stack.shim.stop()
+    healthy = stack.triton
+    started = time.monotonic()
+    assert healthy.stop() == 0  # SIGTERM to the watchdog reaches tritonserver; its status comes back
+    assert time.monotonic() - started < EXIT_TIMEOUT_SECONDS + 3
+    assert healthy.shared_memory_regions() == []
+
+    dead = TritonServer(model_env(fixture_pins), stack.folder / "tritonserver-plain.log").start()
+    stack.triton = dead
+    dead.wait_ready(timeout=240)
+    os.kill(stub_pid(dead), signal.SIGKILL)
+    assert "is not healthy" in ping(dead.http_url, MODEL_NAME, dead.api_key, timeout=10)
+    # Triton's own readiness does not see it: the reason for the ping.
+    assert httpx.get(f"http://{dead.http_url}/v2/models/{MODEL_NAME}/ready").status_code == 200
+    started = time.monotonic()
+    dead.stop()
+    assert time.monotonic() - started < EXIT_TIMEOUT_SECONDS + 3  # Triton's default waits 30 s
+    assert dead.shared_memory_regions() == []

@@ -43,8 +43,6 @@ class FakeModel:
         self.opened = False
         self.probes: list[Probe] = []  # what the next pings answer, in order; then Probe(True)
         self.pings = 0
-        self.reload_problems: list[str | None] = []  # what the next reloads answer, in order; then None
-        self.reloads = 0
 
     def answer_for(self, request: dict) -> dict:
         answers = {}
@@ -94,11 +92,6 @@ class FakeModel:
         self.pings += 1
         await asyncio.sleep(0)
         return self.probes.pop(0) if self.probes else Probe(True)
-
-    async def reload(self) -> str | None:
-        self.reloads += 1
-        await asyncio.sleep(0)
-        return self.reload_problems.pop(0) if self.reload_problems else None
 
     async def facts(self) -> ModelFacts:
         return ModelFacts(**FACTS)

@@ -1,5 +1,6 @@
-"""The model watch over a fake model: down at once after Triton's own failure, refusing while down, reloads with a
-bound and a backoff, waiting (never reloading) for a Triton that does not answer, and /health saying why."""
+"""The model watch over a fake model: down at once after Triton's own failure, refusing while down, never healing
+the model in place (tritonserver is restarted by what runs it), up again once the model answers, and /health
+saying why."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,7 @@ import pytest
 from shim.app import create_app
 from shim.errors import ApiError
 from shim.metrics import ShimMetrics
-from shim.watch import ModelWatch, Probe
+from shim.watch import RESTART_HINT, ModelWatch, Probe
 
 from .fake_model import FakeModel
 from .test_shim_app import AUTH, decide_body, make_settings
@@ -29,7 +30,6 @@ def anyio_backend():
 
 
 def watch_over(model: FakeModel, **options) -> ModelWatch:
-    options.setdefault("reload_delays", (0.0, 0.0, 0.0))
     return ModelWatch(model, asyncio.Lock(), probe_seconds=options.pop("probe_seconds", 60.0), **options)
 
 
@@ -71,23 +71,25 @@ async def test_the_models_own_errors_leave_it_up(error):
     assert watch.down is None
 
 
-async def test_a_ping_triton_answers_with_an_error_reloads_the_model_then_checks_it(caplog):
+async def test_a_ping_triton_answers_with_an_error_keeps_the_model_down_until_a_restarted_triton_answers(caplog):
     model = FakeModel()
-    watch = watch_over(model)
-    model.probes = [Probe(False, STUB_DEAD, reloadable=True)]
+    watch = watch_over(model, retry_seconds=0.01)
+    dead = Probe(False, STUB_DEAD, triton_answered=True)
+    model.probes = [dead, dead, Probe(False, UNREACHABLE), Probe(True)]
     with caplog.at_level(logging.WARNING, logger="intern_decision.shim.watch"):
         await watch.step()
-        assert model.reloads == 1
-        assert watch.down == f"{STUB_DEAD}; reloading it (reload 1 of 3)"
-        await watch.step()  # the reload wakes the watch: the new stub answers
-    assert (model.pings, watch.down) == (2, None)
+        assert watch.down == f"{STUB_DEAD}; {RESTART_HINT}"
+        await watch.step()  # the same reason again: logged once
+        await watch.step()  # tritonserver is being restarted
+        assert watch.down == UNREACHABLE
+        await watch.step()  # the new one loaded the model
+    assert watch.down is None
     logged = [record.getMessage() for record in caplog.records]
-    assert logged == [f"the model is down: {STUB_DEAD}; reloading it (reload 1 of 3)",
-                      "reloading the model (reload 1 of 3)", logged[2], "the model answers again"]
-    assert logged[2].startswith("the model was reloaded in ")
+    assert logged == [f"the model is down: {STUB_DEAD}; {RESTART_HINT}", f"the model is down: {UNREACHABLE}",
+                      "the model answers again"]
 
 
-async def test_a_triton_that_does_not_answer_is_waited_for_never_reloaded():
+async def test_a_triton_that_does_not_answer_is_waited_for():
     model = FakeModel()
     watch = watch_over(model, retry_seconds=0.01)
     model.probes = [Probe(False, UNREACHABLE)] * 3
@@ -95,60 +97,7 @@ async def test_a_triton_that_does_not_answer_is_waited_for_never_reloaded():
         await watch.step()
         assert watch.down == UNREACHABLE
     await watch.step()
-    assert (watch.down, model.reloads, model.pings) == (None, 0, 4)
-
-
-async def test_reloads_are_bounded_then_the_watch_says_a_person_must_look(caplog):
-    model = FakeModel()
-    watch = watch_over(model, retry_seconds=0.01)
-    model.probes = [Probe(False, STUB_DEAD, reloadable=True)] * 5
-    model.reload_problems = ["load: Triton answered 400: failed to load 'intern_decision'"] * 3
-    with caplog.at_level(logging.ERROR, logger="intern_decision.shim.watch"):
-        for _ in range(3):
-            await watch.step()
-        assert watch.down == (f"{STUB_DEAD}; reload 3 of 3 failed: "
-                              "load: Triton answered 400: failed to load 'intern_decision'")
-        await watch.step()
-        await watch.step()
-    assert model.reloads == 3
-    assert watch.down == (f"{STUB_DEAD}; 3 reloads did not heal it: a person must look "
-                          "(docs/operations.md, \"When the model process dies\")")
-    assert sum("3 reloads did not heal it" in record.getMessage() for record in caplog.records) == 1
-    await watch.step()  # healed by hand: the watch sees it
-    assert watch.down is None
-
-
-async def test_reloads_back_off():
-    model = FakeModel()
-    watch = watch_over(model, retry_seconds=0.01, reload_delays=(0.0, 0.3))
-    model.probes = [Probe(False, STUB_DEAD, reloadable=True)] * 2
-    model.reload_problems = ["load failed"]
-    started = time.monotonic()
-    await watch.step()
-    assert time.monotonic() - started < 0.25
-    started = time.monotonic()
-    await watch.step()
-    assert time.monotonic() - started >= 0.3
-    assert model.reloads == 2
-
-
-async def test_the_reload_count_starts_over_once_the_model_stayed_up():
-    now = [0.0]
-    model = FakeModel()
-    watch = watch_over(model, probe_seconds=0.01, retry_seconds=0.01, reload_delays=(0.0,), stable_seconds=60.0,
-                       clock=lambda: now[0])
-    dead = Probe(False, STUB_DEAD, reloadable=True)
-    model.probes = [dead, Probe(True), dead]
-    await watch.step()
-    await watch.step()
-    await watch.step()  # died again 0 s after its reload: the one reload is spent
-    assert (model.reloads, watch.down.endswith("1 reloads did not heal it: a person must look "
-                                               "(docs/operations.md, \"When the model process dies\")")) == (1, True)
-    now[0] = 61.0
-    model.probes = [Probe(True), dead]
-    await watch.step()
-    await watch.step()  # up for over a minute after its reload: a new death gets a reload again
-    assert model.reloads == 2
+    assert (watch.down, model.pings) == (None, 4)
 
 
 async def test_idle_pings_are_periodic_and_skipped_while_an_inference_holds_the_lock():
@@ -164,9 +113,9 @@ async def test_idle_pings_are_periodic_and_skipped_while_an_inference_holds_the_
     assert model.pings == 2
 
 
-async def test_health_is_503_at_once_after_tritons_own_failure_and_200_once_the_watch_healed_it():
+async def test_health_is_503_at_once_after_tritons_own_failure_and_200_once_the_model_answers_again():
     model = FakeModel(base={"approve": 1.0})
-    model.probes = [Probe(True), Probe(False, STUB_DEAD, reloadable=True)]
+    model.probes = [Probe(True), Probe(False, STUB_DEAD, triton_answered=True), Probe(False, UNREACHABLE)]
     app = create_app(make_settings(probe_seconds="60"), model)
     async with app.router.lifespan_context(app), \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
@@ -180,7 +129,7 @@ async def test_health_is_503_at_once_after_tritons_own_failure_and_200_once_the_
         assert health.json()["error"]["code"] == "model_unavailable"
         assert health.json()["error"]["message"].startswith(("an inference failed (Triton answered 500: Stub "
                                                              "process is not healthy.)", STUB_DEAD))
-        await until(lambda: model.reloads == 1 and model.pings == 3)
+        await until(lambda: model.pings == 4, timeout=10)  # a ping a second while down
         await until(lambda: app.state.watch.down is None)
         assert (await client.get("/health")).status_code == 200
         assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 200
