@@ -18,7 +18,7 @@ import uuid
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import logs
+from . import context
 from .errors import BUSY, REQUEST_TIMEOUT, RETRY_AFTER_SECONDS, TOO_LARGE, UNAUTHORIZED, envelope
 
 _ASCII_DIGITS = re.compile(rb"[0-9]+")
@@ -129,8 +129,8 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 class RequestId:
     """Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one.
 
-    The id is put in scope["state"] (request.state.request_id) so the Triton calls can carry it, and in the logs'
-    ContextVar so every log line written while the request is handled carries it.
+    The id is put in scope["state"] (request.state.request_id) so the Triton calls can carry it, and in the
+    request's ContextVar (shim/context.py) so every log line written while the request is handled carries it.
     """
 
     def __init__(self, app: ASGIApp):
@@ -143,7 +143,7 @@ class RequestId:
         given = next((value for name, value in scope["headers"] if name == REQUEST_ID_HEADER), b"")
         request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex.encode()
         scope.setdefault("state", {})["request_id"] = request_id.decode("ascii")
-        logs.request_id.set(scope["state"]["request_id"])
+        context.request_id.set(scope["state"]["request_id"])
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
