@@ -1,8 +1,9 @@
-"""The Starlette application: GET /health, POST /decide, POST /decide/shared, GET /openapi.json, every error in the
-envelope and every response with X-Request-Id (the request-id layer wraps even Starlette's last-resort 500).
+"""The Starlette application: GET /health, POST /decide, POST /decide/shared, the System One surface (GET
+/v1/models, POST /v1/systemone, POST /v1/systemone/batch), GET /openapi.json, every error in the envelope and every
+response with X-Request-Id (the request-id layer wraps even Starlette's last-resort 500).
 
-create_app only wires the parts together: the routes' handlers (shim/semif.py, shim/health.py), the error
-handlers (shim/handlers.py) and the middleware stand in modules of their own.
+create_app only wires the parts together: the routes' handlers (shim/semif.py, shim/systemone/, shim/health.py),
+the error handlers (shim/handlers.py) and the middleware stand in modules of their own.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from . import semif
+from .calls import CallRunner
 from .access import AccessLog
 from .handlers import EXCEPTION_HANDLERS
 from .health import HealthCheck, health
@@ -28,6 +30,8 @@ from .middleware import PostGuard, RequestId
 from .model import Model
 from .service import DecisionService
 from .settings import ShimSettings
+from .systemone import routes as systemone
+from .systemone.service import SystemOneService
 from .triton import TritonModel
 from .watch import ModelWatch
 
@@ -86,6 +90,9 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
             Route("/health", health, methods=["GET"]),
             Route("/decide", semif.decide, methods=["POST"]),
             Route("/decide/shared", semif.decide_shared, methods=["POST"]),
+            Route("/v1/models", systemone.models, methods=["GET"]),
+            Route("/v1/systemone", systemone.system_one, methods=["POST"]),
+            Route("/v1/systemone/batch", systemone.batch, methods=["POST"]),
             Route("/openapi.json", openapi_json, methods=["GET"]),
         ],
         middleware=[Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
@@ -101,4 +108,5 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
     app.state.watch = watch
     app.state.health = HealthCheck(watch, metrics)
     app.state.service = DecisionService(watch, settings.max_decisions, metrics, lock)
+    app.state.systemone = SystemOneService(CallRunner(watch, metrics, lock), app.state.health.facts, settings)
     return app

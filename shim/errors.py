@@ -19,8 +19,8 @@ class PublicError(NamedTuple):
 UNAVAILABLE = PublicError(502, "model_unavailable")
 # The refusals of a POST before it reaches the app (shim/middleware.py), in the order they are checked.
 UNAUTHORIZED = PublicError(401, "unauthorized")
-BUSY = PublicError(429, "busy")
 UNSUPPORTED_MEDIA_TYPE = PublicError(415, "unsupported_media_type")
+BUSY = PublicError(429, "busy")
 REQUEST_TIMEOUT = PublicError(408, "request_timeout")
 TOO_LARGE = PublicError(413, "request_too_large")
 # The app's own: validation (and the model's ValueError), an answer that cannot be read, no such route.
@@ -34,14 +34,16 @@ RETRY_AFTER_SECONDS = 1
 
 
 class ApiError(Exception):
-    """An error answered in the envelope with its status."""
+    """An error answered in the envelope with its status (and, on the System One routes, a 422's detail)."""
 
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                 detail: list[dict] | None = None):
         super().__init__(status, code, message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers
+        self.detail = detail
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.message}"
@@ -74,9 +76,13 @@ class Failure(enum.Enum):
 
 
 class ModelFailure(ApiError):
-    def __init__(self, failure: Failure, message: str):
-        super().__init__(failure.error.status, failure.error.code, message)
+    """call: the failed call's index within its inference request, when the model named it."""
+
+    def __init__(self, failure: Failure, message: str, call: int | None = None,
+                 headers: dict[str, str] | None = None, detail: list[dict] | None = None):
+        super().__init__(failure.error.status, failure.error.code, message, headers, detail)
         self.failure = failure
+        self.call = call
 
 
 class IncompleteAnswer(ModelFailure):
@@ -90,12 +96,17 @@ def envelope(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}
 
 
+def validation_detail(loc: list, message: str, kind: str = "value_error") -> dict:
+    """FastAPI's (and TypeSafe's) 422 detail beside the envelope, so their clients' typed errors read it."""
+    return {"detail": [{"loc": loc, "msg": message, "type": kind}]}
+
+
 def from_triton(status: int | str | None, message: str) -> ModelFailure:
     """The model's own error (its kind fails the whole request), or model_unavailable for Triton's own."""
     error = parse_error(status, message)
     if error is None:
         return ModelFailure(Failure.TRITON, f"Triton answered {status or 'without a status'}: {message}")
-    return ModelFailure(Failure.of(error.kind), error.detail)
+    return ModelFailure(Failure.of(error.kind), error.detail, error.call)
 
 
 def model_unavailable(message: str) -> ModelFailure:

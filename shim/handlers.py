@@ -8,13 +8,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from .errors import HTTP_CODES, INVALID, SCORING_FAILED, ApiError, Failure, ModelFailure, envelope
+from .systemone.request import SystemOneInvalid
 from .validation import InvalidRequest
 
 log = logging.getLogger("intern_decision.shim")
 
 
 async def invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
-    return JSONResponse(envelope(INVALID.code, str(exc)), status_code=INVALID.status)
+    body = envelope(INVALID.code, str(exc))
+    if isinstance(exc, SystemOneInvalid):
+        body["detail"] = exc.detail
+    return JSONResponse(body, status_code=INVALID.status)
 
 
 async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -22,7 +26,10 @@ async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         log.error("%s %s: %s", request.method, request.url.path, exc)
     elif exc.status >= 500:
         log.warning("%s %s: %s", request.method, request.url.path, exc)
-    return JSONResponse(envelope(exc.code, exc.message), status_code=exc.status, headers=exc.headers)
+    body = envelope(exc.code, exc.message)
+    if exc.detail is not None:
+        body["detail"] = exc.detail
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:

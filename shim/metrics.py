@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 
 from .errors import Failure
 
-ROUTES = frozenset({"/health", "/decide", "/decide/shared"})
+ROUTES = frozenset({"/health", "/decide", "/decide/shared", "/v1/models", "/v1/systemone", "/v1/systemone/batch"})
 OTHER_ROUTE = "other"
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 7.5, 10.0,
                    15.0, 30.0)

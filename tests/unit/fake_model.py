@@ -51,15 +51,30 @@ class FakeModel:
     def answer_for(self, request: dict) -> dict:
         answers = {}
         for field, question in request["questions"].items():
-            values = list(question["criteria"])
+            kind = question.get("type", "choice")
+            criteria = question.get("criteria")
+            if kind == "score":
+                options = [(str(level), description) for level, description in enumerate(criteria)]
+            elif kind == "noul":
+                options = [("no", ""), ("yes", "")]
+            else:
+                options = list(criteria.items())
+            values = [value for value, _ in options]
             probabilities = softmax([self.base.get(value, 0.0) + self.position_bias[position]
                                      for position, value in enumerate(values)])
             scored = dict(zip(values, probabilities))
             if self.drop_option in scored:
                 del scored[self.drop_option]
             best = min(scored, key=lambda value: (-scored[value], value))
-            answers[field] = {"type": "choice", "probabilities": scored, "confidence": scored[best],
-                              "choice": best, "source": "local", "decision": best}
+            answer = {"type": kind, "probabilities": scored, "confidence": scored[best]}
+            if kind == "score":
+                answer["score"] = math.fsum(float(value) * p for value, p in scored.items())
+                answer["legend"] = dict(options)
+            elif kind == "noul":
+                answer["noul"] = scored["yes"]
+            else:
+                answer["choice"] = best
+            answers[field] = {**answer, "source": "local", "decision": best}
         return {"answers": answers,
                 "usage": {"input_tokens": 100 + 10 * len(answers), "output_tokens": len(answers),
                           "decision_count": len(answers)},
