@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .access import note_usage
 from .combining import IncompleteAnswer, averaged_result, ordering_result
@@ -19,6 +19,13 @@ class Model(Protocol):
     async def predict_calls(self, requests: list[dict], request_id: str) -> list[dict]: ...
 
 
+class Scored(NamedTuple):
+    calls: list[Call]
+    answers: list[dict]
+    queue_seconds: float  # waiting for the lock (INV-2) behind other requests
+    scoring_started: float  # perf_counter() once the lock was held: semif's total_seconds runs from here
+
+
 class DecisionService:
     def __init__(self, model: Model, max_decisions: int, metrics: ShimMetrics, lock: asyncio.Lock | None = None):
         self._model = model
@@ -26,16 +33,18 @@ class DecisionService:
         self._metrics = metrics
         self._lock = lock or asyncio.Lock()
 
-    async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], list[dict]]:
+    async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> Scored:
         calls = plan(decisions, self._max_decisions)
         requests = [call.predict_request(state, decisions) for call in calls]
         self._metrics.calls_per_request.observe(len(calls))
         note_usage(calls=len(calls))
         self._metrics.queued.inc()
+        queued_at = time.perf_counter()
         try:
             await self._lock.acquire()
         finally:
             self._metrics.queued.dec()
+        scoring_started = time.perf_counter()
         try:
             answers = await self._model.predict_calls(requests, request_id)
         except ModelDown:
@@ -50,7 +59,7 @@ class DecisionService:
             self._lock.release()
         with _answers_read():
             note_usage(input_tokens=sum(answer["usage"]["input_tokens"] for answer in answers))
-        return calls, answers
+        return Scored(calls, answers, scoring_started - queued_at, scoring_started)
 
     @staticmethod
     def _results(decisions: list[Decision], calls: list[Call], answers: list[dict]) -> list[dict]:
@@ -64,26 +73,27 @@ class DecisionService:
                 for decision, results in zip(decisions, per_decision)]
 
     async def decide(self, state: Any, decision: Decision, request_id: str) -> dict:
-        started = time.perf_counter()
-        calls, answers = await self._score(state, [decision], request_id)
+        scored = await self._score(state, [decision], request_id)
         with _answers_read():
-            result = self._results([decision], calls, answers)[0]
+            result = self._results([decision], scored.calls, scored.answers)[0]
             if decision.orderings == "none":
-                result["total_seconds"] = time.perf_counter() - started
-                result["forward_seconds"] = answers[0]["timing"]["inference_ms"] / 1000
+                result["total_seconds"] = time.perf_counter() - scored.scoring_started
+                result["queue_seconds"] = scored.queue_seconds
+                result["forward_seconds"] = scored.answers[0]["timing"]["inference_ms"] / 1000
         return result
 
     async def decide_shared(self, state: Any, decisions: list[Decision], request_id: str) -> dict:
-        started = time.perf_counter()
-        calls, answers = await self._score(state, decisions, request_id)
+        scored = await self._score(state, decisions, request_id)
         with _answers_read():
-            return {"results": self._results(decisions, calls, answers),
-                    "timing": self._timing(started, calls, answers)}
+            return {"results": self._results(decisions, scored.calls, scored.answers),
+                    "timing": self._timing(scored)}
 
     @staticmethod
-    def _timing(started: float, calls: list[Call], answers: list[dict]) -> dict:
+    def _timing(scored: Scored) -> dict:
+        calls, answers = scored.calls, scored.answers
         return {
-            "total_seconds": time.perf_counter() - started,
+            "total_seconds": time.perf_counter() - scored.scoring_started,
+            "queue_seconds": scored.queue_seconds,
             "batch_size": sum(len(call.slots) for call in calls),
             "calls": len(calls),
             "questions_per_call": [len(call.slots) for call in calls],
