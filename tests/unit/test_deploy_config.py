@@ -258,11 +258,15 @@ def test_images_ship_the_wire_package(image):
     destinations = [destination for sources, destination in copies(parse_dockerfile(DOCKERFILES[image]))
                     if sources == ["wire"]]
     assert destinations, f"the {image} image does not copy wire/"
+    model_package = [destination for sources, destination in copies(parse_dockerfile(DOCKERFILES[image]))
+                     if sources == ["intern_decision_model"]]
     if image == "triton":
+        assert model_package == ["/opt/venv/lib/python3.12/site-packages/intern_decision_model"]
         # Beside torch in the venv the python backend stub uses (the stub ignores PYTHONPATH).
         assert destinations == ["/opt/venv/lib/python3.12/site-packages/wire"]
     else:
         assert destinations == ["./wire"]
+        assert model_package == [], "the shim image has no use for the model side's package"
 
 
 @pytest.mark.parametrize("image", sorted(DOCKERFILES))
@@ -284,7 +288,7 @@ def test_the_build_context_leaves_out_local_state():
                  "bench/overhead.py", "intern_decision_serve.egg-info/PKG-INFO", "README.md"):
         assert dockerignore_excludes(path, patterns), f".dockerignore lets {path} into the build context"
     for path in ("shim/app.py", "wire/__init__.py", "model_repository/intern_decision/config.pbtxt",
-                 "model_repository/intern_decision/1/model.py", "constraints/triton-image.txt",
+                 "model_repository/intern_decision/1/model.py", "intern_decision_model/engine.py", "constraints/triton-image.txt",
                  "docker/triton/start_triton.py", "docker/check_pins.py"):
         assert not dockerignore_excludes(path, patterns), f".dockerignore leaves out {path}"
 

@@ -3,9 +3,10 @@
 REQUEST is a string tensor [n], one predict() request per element in run order; execute runs them one after another
 and answers RESPONSE [n], or stops at the first failure and answers a Triton error naming the kind and the call
 (wire/, docs/wire-protocol.md). A REQUEST with no calls is a ping: it is answered with an empty RESPONSE, runs
-nothing and counts nothing. The work is done in intern_decision_model (beside this file, importable without
-Triton); this file only adapts it to Triton: configuration and startup in initialize, tensors and errors in execute,
-metrics, and logging through pb_utils.Logger: one JSON line per call, named <request id>.<call index>
+nothing and counts nothing. The work is done in intern_decision_model (a top-level package of the repository,
+installed beside torch wherever the model runs, importable without Triton); this file only adapts it to Triton:
+configuration and startup in initialize, tensors and errors in execute, metrics, and logging through
+pb_utils.Logger: one JSON line per call, named <request id>.<call index>
 (intern_decision_model/calllog.py).
 """
 import os
