@@ -14,7 +14,7 @@ from ..options import MIN_LATENCY_N
 from ..shapes import (ANCHOR_TOKENS, LONG_STATE_TOKENS, REALISTIC_STATE_CHARS, binary_criteria, plain_body,
                       realistic_state, shared_body)
 from ..stats import summarize_ms
-from .common import LIMIT_MARGIN, Context, Verdict
+from .common import LIMIT_MARGIN, Context, ProbeFailed, Verdict
 
 LONG_SHAPE = "16 criteria, ~3,900-token state"
 REALISTIC_SHAPE = "21 binary criteria, realistic state"
@@ -58,6 +58,20 @@ def measure(ctx: Context, path: str, body: dict, n: int) -> dict:
             "server_total_ms": summarize_ms(total), "server_inference_ms": summarize_ms(inference)}
 
 
+def fitting_realistic_state(ctx: Context, decisions: list[dict]) -> str:
+    """The realistic state, shortened (to 0.7 of its length, again and again) only while the service refuses it
+    as too long for max_tokens; ProbeFailed when it answers anything else."""
+    chars = REALISTIC_STATE_CHARS
+    while True:
+        state = realistic_state(chars)
+        reply = ctx.service.post("/decide/shared", shared_body(state, decisions))
+        if reply.status == 200 or chars < 200:
+            return state
+        if reply.status != 422:
+            raise ProbeFailed(reply)
+        chars = int(chars * 0.7)
+
+
 def run(ctx: Context) -> tuple[str, str | None, dict]:
     n = ctx.options.n
     max_tokens = ctx.max_tokens()
@@ -65,11 +79,14 @@ def run(ctx: Context) -> tuple[str, str | None, dict]:
     verdict = Verdict()
 
     criteria21 = binary_criteria(21)
-    state21 = realistic_state()
+    state21 = fitting_realistic_state(ctx, criteria21)
     shapes[REALISTIC_SHAPE] = {**measure(ctx, "/decide/shared", shared_body(state21, criteria21), n),
                                "state_chars": len(state21),
                                "state": f"a support case log of about {REALISTIC_STATE_CHARS} characters, "
                                         "the length of the bench's shape777 states"}
+    if len(state21) < REALISTIC_STATE_CHARS:
+        verdict.unprove(f"{REALISTIC_SHAPE}: the state was shortened to {len(state21)} characters to fit "
+                        f"max_tokens {max_tokens}, not about {REALISTIC_STATE_CHARS}")
 
     criteria16, long_state, growth, reached = ctx.long_state()
     shapes[LONG_SHAPE] = {**measure(ctx, "/decide/shared", shared_body(long_state, criteria16), n),
