@@ -5,8 +5,8 @@ interpreter's version is copied next to the backend, the venv's bin/ goes first 
 isolated interpreter that ignores PYTHONPATH and finds its site-packages through the python3 on PATH), and
 LD_LIBRARY_PATH points at this interpreter's libpython so the stub links the same build as the venv's stdlib.
 
-Triton is locked as in production: loopback only, the model loaded explicitly (so that the shim can reload it when
-its stub dies), and every API but health and metadata behind a key generated per start, which the shim is given
+Triton is locked as in production: loopback only, the model loaded explicitly (only the models named), and every
+API but health and metadata behind a key generated per start, which the shim is given
 too (INTERN_DECISION_TRITON_API_KEY). The python backend's shared-memory regions carry a prefix of this server's
 own, so that stop() removes whatever a dead stub left in /dev/shm.
 """

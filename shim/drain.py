@@ -8,12 +8,8 @@ once the announcement is over and no admitted request is left; Triton, started f
 """
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
-from typing import Callable, Iterator
-
-log = logging.getLogger("intern_decision.shim.drain")
+from typing import Callable
 
 
 class Drain:
@@ -21,7 +17,7 @@ class Drain:
         self._announce_seconds = announce_seconds
         self._clock = clock
         self._began_at: float | None = None
-        self.admitted = 0
+        self.admitted = 0  # POSTs admitted and not yet answered, counted by the POST guard
 
     @property
     def draining(self) -> bool:
@@ -41,11 +37,3 @@ class Drain:
     def done(self) -> bool:
         """The drain is over: refusing new requests and none of the admitted ones left."""
         return self.refusing and self.admitted == 0
-
-    @contextlib.contextmanager
-    def admitting(self) -> Iterator[None]:
-        self.admitted += 1
-        try:
-            yield
-        finally:
-            self.admitted -= 1

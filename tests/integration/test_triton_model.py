@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
 import time
 import urllib.request
 
@@ -65,19 +63,6 @@ def infer_calls_error(server: TritonServer, payloads: list, request_id: str = ""
     with pytest.raises(InferenceServerException) as caught:
         infer_calls(server, payloads, request_id)
     return caught.value
-
-
-@pytest.fixture(scope="module")
-def in_process(fixture_pins):
-    """The fixture's own DecisionEngine, loaded in this process with the settings the server uses."""
-    spec = importlib.util.spec_from_file_location("fixture_inference_in_process",
-                                                  fixture_pins.checkpoint / "inference.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    engine = module.DecisionEngine(checkpoint=str(fixture_pins.checkpoint), max_length=TEST_MAX_TOKENS,
-                                   device="cpu", dtype="float32")
-    return module, engine
 
 
 @pytest.mark.parametrize("name", sorted(REQUESTS))
@@ -278,7 +263,7 @@ def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pin
     assert after[count] - before.get(count, 0) == 6
     tokens = ("intern_decision_input_tokens_count", (("model", MODEL),))
     assert after[tokens] - before.get(tokens, 0) == 3
-    for kind in ("reserved", "allocated", "peak_reserved"):
+    for kind in ("reserved", "allocated", "peak_reserved", "baseline"):
         assert after[("intern_decision_gpu_memory_bytes", (("kind", kind), ("model", MODEL)))] == 0
     info = [labels for (name, labels) in after if name == "intern_decision_model_info"]
     assert len(info) == 1
@@ -288,6 +273,7 @@ def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pin
     # on the CPU the fast linear-attention kernels are neither expected nor refused
     assert (dict(info[0])["linear_attention"], dict(info[0])["slow_kernels_allowed"]) == ("reference", "false")
     assert dict(info[0])["pinned"] == "false"  # the fixture overrides the pins, with the opt-in
+    assert len(dict(info[0])["boot_id"]) == 32 and dict(info[0])["started_at"].endswith("+00:00")
 
 
 def refused_start(fixture_pins, tmp_path, **overrides) -> tuple[int, str]:
