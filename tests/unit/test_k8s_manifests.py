@@ -1,0 +1,177 @@
+"""The Kubernetes manifests (deploy/k8s: a Kustomize base and overlays) without a cluster: every built-in resource
+of every overlay validated by kubernetes-validate in strict mode against the Kubernetes release the overlays
+target; the pod's design held (Triton a native sidecar, the probes, the GPU, the read-only weights, /dev/shm in
+memory, a grace period above the drain); the custom resources (Gateway API, Envoy Gateway, KEDA, the Prometheus
+operator) checked field by field, since no schema of theirs ships with the validator; promtool on the fleet's
+recording and alert rules and their unit tests.
+
+The overlays use only Kustomize's namespace, images and replicas fields, which `built` applies; `kustomize build`
+itself is not run here (no Go toolchain)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.unit.deploy_files import REPO
+from tests.unit.test_deploy_tools import promtool, run  # noqa: F401 - the fixture
+
+K8S = REPO / "deploy" / "k8s"
+KUBERNETES_VERSION = "1.31.0"  # native sidecars are on by default from 1.29
+BUILT_IN_GROUPS = ("v1", "apps/v1", "policy/v1", "networking.k8s.io/v1")
+OVERLAYS = sorted(path.parent.name for path in (K8S / "overlays").glob("*/kustomization.yaml"))
+LONGEST_CALL_SECONDS = 120  # CALL_TIMEOUT_SECONDS' default
+
+
+def load(path: Path) -> list[dict]:
+    return [document for document in yaml.safe_load_all(path.read_text()) if document]
+
+
+def base() -> list[dict]:
+    kustomization = load(K8S / "base" / "kustomization.yaml")[0]
+    labels = {key: value for entry in kustomization.get("labels", []) for key, value in entry["pairs"].items()}
+    resources = [resource for name in kustomization["resources"] for resource in load(K8S / "base" / name)]
+    for resource in resources:
+        resource["metadata"].setdefault("labels", {}).update(labels)
+    return resources
+
+
+def built(overlay: str) -> list[dict]:
+    """The overlay applied to the base: its namespace, image names and tags, replica counts."""
+    kustomization = load(K8S / "overlays" / overlay / "kustomization.yaml")[0]
+    assert kustomization["resources"] == ["../../base"]
+    assert set(kustomization) <= {"apiVersion", "kind", "namespace", "resources", "images", "replicas"}
+    resources = copy.deepcopy(base())
+    images = {image["name"]: image for image in kustomization.get("images", [])}
+    counts = {entry["name"]: entry["count"] for entry in kustomization.get("replicas", [])}
+    for resource in resources:
+        resource["metadata"]["namespace"] = kustomization["namespace"]
+        if resource["kind"] == "Deployment":
+            resource["spec"]["replicas"] = counts.get(resource["metadata"]["name"], resource["spec"]["replicas"])
+            pod = resource["spec"]["template"]["spec"]
+            for container in pod["containers"] + pod.get("initContainers", []):
+                name = container["image"].split(":")[0]
+                if name in images:
+                    container["image"] = f"{images[name]['newName']}:{images[name]['newTag']}"
+    return resources
+
+
+def of_kind(resources: list[dict], kind: str) -> dict:
+    (found,) = [resource for resource in resources if resource["kind"] == kind]
+    return found
+
+
+@pytest.fixture(scope="module")
+def resources() -> list[dict]:
+    return base()
+
+
+@pytest.fixture(scope="module")
+def pod(resources) -> dict:
+    return of_kind(resources, "Deployment")["spec"]["template"]["spec"]
+
+
+def test_there_are_overlays_and_each_names_its_images():
+    assert OVERLAYS == ["production", "staging"]
+    for overlay in OVERLAYS:
+        deployment = of_kind(built(overlay), "Deployment")
+        pod = deployment["spec"]["template"]["spec"]
+        images = [container["image"] for container in pod["containers"] + pod["initContainers"]]
+        assert all(":" in image and not image.endswith(":local") for image in images), images
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_built_in_resource_is_valid_in_strict_mode(overlay):
+    checked = 0
+    for resource in built(overlay):
+        if resource["apiVersion"] in BUILT_IN_GROUPS:
+            kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
+            checked += 1
+    assert checked == 4  # Deployment, Service, PodDisruptionBudget, NetworkPolicy
+
+
+def test_the_strict_validator_is_real(resources):
+    deployment = copy.deepcopy(of_kind(resources, "Deployment"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGett"] = {"path": "/health"}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+def test_triton_is_a_native_sidecar_pinging_through_the_model_and_holding_the_gpu(pod):
+    (triton,) = pod["initContainers"]
+    assert triton["name"] == "triton" and triton["restartPolicy"] == "Always"  # starts first, stops last
+    liveness = triton["livenessProbe"]
+    assert liveness["exec"]["command"][-2:] == ["/opt/intern-decision/healthcheck.py", "triton"]
+    assert liveness["timeoutSeconds"] > LONGEST_CALL_SECONDS  # a ping waits behind one call
+    assert triton["startupProbe"]["periodSeconds"] * triton["startupProbe"]["failureThreshold"] >= 600
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == 1
+    mounts = {mount["mountPath"]: mount for mount in triton["volumeMounts"]}
+    assert mounts["/hf"]["readOnly"] is True
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"]["medium"] == "Memory"
+
+
+def test_the_shim_is_ready_on_health_alive_on_its_port_and_drains_within_the_grace_period(pod):
+    (shim,) = pod["containers"]
+    assert shim["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert "tcpSocket" in shim["livenessProbe"]  # never /health: 503 while the model loads
+    env = {item["name"]: item["value"] for item in shim["env"]}
+    assert env["INTERN_DECISION_TRITON_URL"] == "127.0.0.1:8000"
+    assert "INTERN_DECISION_API_TOKEN" not in env  # from the Secret's file only
+    drain = float(env["INTERN_DECISION_DRAIN_SECONDS"])
+    assert pod["terminationGracePeriodSeconds"] > drain + LONGEST_CALL_SECONDS
+    assert all("INTERN_DECISION_API_TOKEN_FILE" not in str(container.get("env")) for container in pod["initContainers"])
+
+
+def test_rollouts_take_one_replica_at_a_time_and_the_floor_is_two(resources):
+    deployment = of_kind(resources, "Deployment")
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert of_kind(resources, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    scaled = of_kind(resources, "ScaledObject")
+    assert scaled["spec"]["minReplicaCount"] >= 2 and scaled["spec"]["cooldownPeriod"] >= 600
+    queries = [trigger["metadata"]["query"] for trigger in scaled["spec"]["triggers"]]
+    assert queries == ["intern_decision:shim_outstanding:sum", "intern_decision:model_duty_cycle:sum"]
+    recorded = {rule.get("record") for group in load(REPO / "deploy" / "prometheus" / "rules.yaml")[0]["groups"]
+                for rule in group["rules"]}
+    assert set(queries) <= recorded
+
+
+def test_only_the_gateway_reaches_the_api_and_only_prometheus_the_metrics(resources):
+    policy = of_kind(resources, "NetworkPolicy")["spec"]
+    ports = [sorted(port["port"] for port in rule["ports"]) for rule in policy["ingress"]]
+    assert ports == [[8080], [8002, 9464]]
+    assert policy["egress"] == [] and policy["policyTypes"] == ["Ingress", "Egress"]
+
+
+def test_the_route_has_an_explicit_timeout_and_the_policy_least_request_health_checks_and_connect_retries(resources):
+    route = of_kind(resources, "HTTPRoute")["spec"]["rules"][0]
+    assert int(route["timeouts"]["request"].removesuffix("s")) > 64 * LONGEST_CALL_SECONDS  # Envoy's default: 15 s
+    policy = of_kind(resources, "BackendTrafficPolicy")["spec"]
+    assert policy["loadBalancer"]["type"] == "LeastRequest"
+    assert policy["healthCheck"]["active"]["http"]["path"] == "/health"
+    assert set(policy["retry"]["retryOn"]["triggers"]) <= {"connect-failure", "refused-stream"}
+    assert "retriableStatusCodes" not in policy["retry"]["retryOn"]  # never a second scoring
+
+
+def test_prometheus_scrapes_both_metrics_ports(resources, pod):
+    ports = {port["name"] for container in pod["containers"] + pod["initContainers"] for port in container["ports"]}
+    endpoints = of_kind(resources, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert {endpoint["port"] for endpoint in endpoints} == {"shim-metrics", "triton-metrics"} <= ports
+
+
+def test_the_secret_is_a_template_outside_the_kustomization():
+    names = load(K8S / "base" / "kustomization.yaml")[0]["resources"]
+    assert "secret.example.yaml" not in names
+    secret = load(K8S / "base" / "secret.example.yaml")[0]
+    assert set(secret["stringData"]) == {"api_token", "triton_api_key"}
+    assert all(value.startswith("<") for value in secret["stringData"].values())
+
+
+def test_promtool_checks_the_fleet_rules_and_runs_their_tests(promtool):  # noqa: F811
+    checked = run([promtool, "check", "rules", "deploy/prometheus/rules.yaml"])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = run([promtool, "test", "rules", "deploy/prometheus/rules.test.yaml"])
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
