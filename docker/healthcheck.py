@@ -8,7 +8,8 @@ Exit 0 when healthy, 1 with one line on stderr when not.
 triton: Triton and the model are ready (GET /v2/models/<model>/ready, an open API), then `ping_model`: one ping
 through the model (wire/ping.py, from the Triton image's venv) with Triton's API key. Readiness alone is not
 enough: when the python backend's stub process dies, Triton keeps answering ready while every inference fails
-("Stub process ... is not healthy"); the ping fails. It waits behind an inference in progress, hence its timeout.
+("Stub process ... is not healthy"); the ping fails. It waits behind an inference in progress, hence its timeout
+(PING_TIMEOUT_SECONDS, or INTERN_DECISION_PING_TIMEOUT_SECONDS: Kubernetes' liveness probe sets it above one call).
 
 shim: GET /health answers 200, which the shim gives only while Triton and the model are ready.
 """
@@ -22,7 +23,7 @@ from typing import Mapping
 from urllib.parse import urlsplit
 
 TIMEOUT_SECONDS = 4.0
-PING_TIMEOUT_SECONDS = 5.0
+PING_TIMEOUT_SECONDS = 5.0  # INTERN_DECISION_PING_TIMEOUT_SECONDS overrides it (Kubernetes: above one call)
 TRITON_URL = "http://127.0.0.1:8000"
 KEY_FILE_VARIABLE = "INTERN_DECISION_TRITON_API_KEY_FILE"
 DEFAULT_KEY_FILE = "/run/secrets/triton_api_key"
@@ -45,7 +46,8 @@ def ping_model(base_url: str, model: str, env: Mapping[str, str]) -> None:
     from wire.ping import api_key_from, ping  # the Triton image's venv holds wire; the shim's check never pings
 
     key = api_key_from({KEY_FILE_VARIABLE: DEFAULT_KEY_FILE, **env})
-    problem = ping(urlsplit(base_url).netloc, model, key, PING_TIMEOUT_SECONDS)
+    timeout = float(env.get("INTERN_DECISION_PING_TIMEOUT_SECONDS") or PING_TIMEOUT_SECONDS)
+    problem = ping(urlsplit(base_url).netloc, model, key, timeout)
     if problem is not None:
         raise Unhealthy(problem)
 

@@ -207,7 +207,7 @@ def test_a_stub_killed_mid_request_fails_that_request_health_503_at_once_then_a_
     assert answer.status_code == 502, answer.text
     assert answer.json()["error"]["code"] == "model_unavailable"
     assert "Stub process 'intern_decision_0_0' is not healthy." in answer.json()["error"]["message"]
-    assert stack.http.get("/health").status_code == 503, "/health must turn 503 as soon as an inference met the dead stub"
+    assert stack.http.get("/health").status_code == 503, "/health must turn 503 once an inference met the dead stub"
     refused = stack.http.post("/decide", json=SMALL, headers=AUTH)
     assert refused.status_code == 502 and refused.json()["error"]["code"] == "model_unavailable"
     assert_ended_leaving_nothing(stack, 3, [server, dead])

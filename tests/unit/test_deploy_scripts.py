@@ -217,6 +217,17 @@ def test_triton_with_a_dead_stub_is_unhealthy_though_ready(healthcheck, server, 
     assert "absent" in capsys.readouterr().err
 
 
+def test_the_pings_timeout_can_be_raised_above_one_call(healthcheck, monkeypatch, tmp_path):
+    import wire.ping
+
+    timeouts = []
+    monkeypatch.setattr(wire.ping, "ping", lambda address, model, key, timeout: timeouts.append(timeout))
+    healthcheck.ping_model("http://127.0.0.1:8000", "intern_decision", key_env(tmp_path, KEY))
+    healthcheck.ping_model("http://127.0.0.1:8000", "intern_decision",
+                           {**key_env(tmp_path, KEY), "INTERN_DECISION_PING_TIMEOUT_SECONDS": "125"})
+    assert timeouts == [healthcheck.PING_TIMEOUT_SECONDS, 125.0]
+
+
 def test_the_triton_check_asks_for_the_models_readiness_then_calls_the_ping_hook(healthcheck, monkeypatch):
     calls = []
     monkeypatch.setattr(healthcheck, "get", lambda url, headers=None: calls.append(url))

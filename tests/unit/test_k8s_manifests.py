@@ -105,7 +105,9 @@ def test_triton_is_a_native_sidecar_pinging_through_the_model_and_holding_the_gp
     assert triton["name"] == "triton" and triton["restartPolicy"] == "Always"  # starts first, stops last
     liveness = triton["livenessProbe"]
     assert liveness["exec"]["command"][-2:] == ["/opt/intern-decision/healthcheck.py", "triton"]
-    assert liveness["timeoutSeconds"] > LONGEST_CALL_SECONDS  # a ping waits behind one call
+    env = {item["name"]: item["value"] for item in triton["env"]}
+    ping_timeout = float(env["INTERN_DECISION_PING_TIMEOUT_SECONDS"])
+    assert LONGEST_CALL_SECONDS < ping_timeout < liveness["timeoutSeconds"]  # a ping waits behind one call
     assert triton["startupProbe"]["periodSeconds"] * triton["startupProbe"]["failureThreshold"] >= 600
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == 1
     mounts = {mount["mountPath"]: mount for mount in triton["volumeMounts"]}
