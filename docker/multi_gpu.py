@@ -1,7 +1,7 @@
 """Render the one-host, N-GPU stack: one replica per GPU (a tritonserver that sees its card as GPU 0, and its own
 shim in Triton's network namespace, like a pod), HAProxy in front of the shims, Prometheus scraping every replica.
 
-    python docker/multi_gpu.py [--gpus N] [--out DIR]
+    python docker/multi_gpu.py [--gpus N] [--out DIR] [--next-token]
 
 N is GPUS in docker/.env (default 1) unless given; DIR defaults to docker/multi-gpu/. Writes DIR/compose.yaml,
 DIR/haproxy.cfg and DIR/prometheus.yml; then `docker compose -f docker/multi-gpu/compose.yaml up -d --build`
@@ -71,8 +71,8 @@ def _triton(gpu: int) -> dict:
     }
 
 
-def _shim(gpu: int) -> dict:
-    return {
+def _shim(gpu: int, next_token: bool) -> dict:
+    shim = {
         "build": {"context": "../..", "dockerfile": "docker/shim/Dockerfile"},
         "image": "intern-decision-shim:local",
         "env_file": ["../shim.env"],
@@ -92,15 +92,19 @@ def _shim(gpu: int) -> dict:
         "stop_grace_period": "60s",  # DRAIN_SECONDS, then what it admitted finishes
         "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
     }
+    if next_token:  # during a rotation: the second accepted token (docs/operations.md, "Rotating the API token")
+        shim["environment"]["INTERN_DECISION_API_TOKEN_NEXT_FILE"] = "/run/secrets/api_token_next"
+        shim["secrets"].append("api_token_next")
+    return shim
 
 
-def compose_file(gpus: int) -> dict:
+def compose_file(gpus: int, next_token: bool = False) -> dict:
     if gpus < 1:
         raise ValueError(f"GPUS must be at least 1, got {gpus}")
     services: dict = {}
     for gpu in range(gpus):
         services[f"triton-{gpu}"] = _triton(gpu)
-        services[f"shim-{gpu}"] = _shim(gpu)
+        services[f"shim-{gpu}"] = _shim(gpu, next_token)
     services["haproxy"] = {
         "image": "haproxy:2.6",
         "volumes": ["./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro"],
@@ -121,11 +125,13 @@ def compose_file(gpus: int) -> dict:
         "restart": "on-failure:3",
         "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
     }
+    secrets = {"api_token": {"file": "../secrets/api_token"}, "triton_api_key": {"file": "../secrets/triton_api_key"}}
+    if next_token:
+        secrets["api_token_next"] = {"file": "../secrets/api_token_next"}
     return {
         "name": "intern-decision-multi-gpu",
         "services": services,
-        "secrets": {"api_token": {"file": "../secrets/api_token"},
-                    "triton_api_key": {"file": "../secrets/triton_api_key"}},
+        "secrets": secrets,
         "networks": {"backend": {"internal": True}, "edge": {}},
         "volumes": {"prometheus-data": {}},
     }
@@ -153,12 +159,12 @@ def gpus_from_env_file(path: Path) -> int:
     return 1
 
 
-def render(gpus: int, out: Path) -> list[Path]:
+def render(gpus: int, out: Path, next_token: bool = False) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     servers = [(f"shim-{gpu}", f"triton-{gpu}:{SHIM_PORT}") for gpu in range(gpus)]
     files = {
         "compose.yaml": "# Rendered by docker/multi_gpu.py; do not edit (JSON is YAML).\n"
-                        + json.dumps(compose_file(gpus), indent=2) + "\n",
+                        + json.dumps(compose_file(gpus, next_token), indent=2) + "\n",
         "haproxy.cfg": haproxy_config(servers, f"0.0.0.0:{SHIM_PORT}", docker_dns=True),
         "prometheus.yml": prometheus_config(gpus),
     }
@@ -173,9 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="multi_gpu.py")
     parser.add_argument("--gpus", type=int, help="default: GPUS in docker/.env, else 1")
     parser.add_argument("--out", type=Path, default=DOCKER / "multi-gpu")
+    parser.add_argument("--next-token", action="store_true",
+                        help="during a rotation: the shims also accept docker/secrets/api_token_next")
     args = parser.parse_args(argv)
     gpus = args.gpus if args.gpus is not None else gpus_from_env_file(DOCKER / ".env")
-    for path in render(gpus, args.out):
+    for path in render(gpus, args.out, args.next_token):
         print(path)
     return 0
 

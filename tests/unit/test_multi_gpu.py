@@ -86,6 +86,16 @@ def test_prometheus_scrapes_every_replica(rendered, promtool):  # noqa: F811
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_during_a_rotation_every_shim_and_only_the_shims_also_get_the_next_token(services):
+    assert all("api_token_next" not in service.get("secrets", []) for service in services.values())
+    rotating = renderer().compose_file(2, next_token=True)
+    for name, service in rotating["services"].items():
+        assert ("api_token_next" in service.get("secrets", [])) == name.startswith("shim-"), name
+        if name.startswith("shim-"):
+            assert service["environment"]["INTERN_DECISION_API_TOKEN_NEXT_FILE"] == "/run/secrets/api_token_next"
+    assert rotating["secrets"]["api_token_next"] == {"file": "../secrets/api_token_next"}
+
+
 def test_gpus_come_from_the_env_file(tmp_path):
     env = tmp_path / ".env"
     assert renderer().gpus_from_env_file(env) == 1
