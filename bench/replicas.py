@@ -4,8 +4,9 @@
 
     .venv/bin/python bench/replicas.py [--replicas 1 2] [--seconds 20] [--clients 8]
 
-It prints one JSON object, {replicas: {n: load report}}; docs/benchmarks.md has a run's figures. On a machine with
-few cores the replicas share them: the figure shows what the balancer and the second shim cost, not a GPU's gain.
+It prints one JSON object, {replicas: {n: load report}}; docs/benchmarks.md has a run's figures. Each replica's
+torch gets --threads threads (default 1: a core stands for a replica's GPU); the replicas still share the machine
+with whatever else runs there.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "replicas-token-0123456789-abcdefghijklmnop"
 
 
-def run(replicas: int, seconds: float, clients: int, folder: Path) -> dict:
+def run(replicas: int, seconds: float, clients: int, folder: Path, threads_per_replica: int = 1) -> dict:
     from devstack.fixture import build_fixture
     from devstack.haproxy import HAProxyServer
     from devstack.shim import ShimServer
@@ -29,7 +30,12 @@ def run(replicas: int, seconds: float, clients: int, folder: Path) -> dict:
     from bench.load import run_load
 
     env = build_fixture().env()
-    env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32"})
+    # One core's worth of torch threads per replica, as each GPU replica has a card of its own; more threads than
+    # free cores make torch's OpenMP threads spin against each other (measured: 1 replica at 2 threads, 0.3-2.9
+    # answers/s on this shared 2-core machine, against 12 at 1).
+    threads = str(threads_per_replica)
+    env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32", "OMP_NUM_THREADS": threads,
+                "MKL_NUM_THREADS": threads})
     started = []
     try:
         tritons = [TritonServer(env, folder / f"tritonserver-{n}.log").start() for n in range(replicas)]
@@ -56,10 +62,12 @@ def main() -> int:
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per replica (OMP_NUM_THREADS)")
     args = parser.parse_args()
     folder = REPO_ROOT / ".cache" / "replicas"
-    report = {"cpus": os.cpu_count(), "clients": args.clients,
-              "replicas": {n: run(n, args.seconds, args.clients, folder / str(n)) for n in args.replicas}}
+    report = {"cpus": os.cpu_count(), "clients": args.clients, "threads_per_replica": args.threads,
+              "replicas": {n: run(n, args.seconds, args.clients, folder / str(n), args.threads)
+                           for n in args.replicas}}
     print(json.dumps(report, indent=2))
     return 0 if all(r["errors"] == 0 and r["mismatches"] == 0 for r in report["replicas"].values()) else 1
 
