@@ -3,13 +3,15 @@ of every overlay validated by kubernetes-validate in strict mode against the Kub
 target; the pod's design held (Triton a native sidecar, the probes, the GPU, the read-only weights, /dev/shm in
 memory, a grace period above the drain); the custom resources (Gateway API, Envoy Gateway, KEDA, the Prometheus
 operator) checked field by field, since no schema of theirs ships with the validator; promtool on the fleet's
-recording and alert rules and their unit tests.
+recording and alert rules and their unit tests; checkov (scripts/install-checkov.sh: from PyPI, in an environment of
+its own) on the base, with a reviewed skip list (deploy/k8s/checkov-skips.yaml). A missing tool is a failure.
 
 The overlays use only Kustomize's namespace, images and replicas fields, which `built` applies; `kustomize build`
 itself is not run here (no Go toolchain)."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import kubernetes_validate
@@ -177,3 +179,43 @@ def test_promtool_checks_the_fleet_rules_and_runs_their_tests(promtool):  # noqa
     assert checked.returncode == 0, checked.stdout + checked.stderr
     tested = run([promtool, "test", "rules", "deploy/prometheus/rules.test.yaml"])
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+
+
+@pytest.fixture(scope="module")
+def checkov() -> str:
+    tool = REPO / ".cache" / "tools" / "checkov" / "bin" / "checkov"
+    if not tool.is_file():
+        pytest.fail("checkov is missing: run scripts/install-checkov.sh")
+    return str(tool)
+
+
+def checkov_failures(checkov: str, folder: Path, skips: list[str]) -> list[str]:
+    command = [checkov, "-d", str(folder), "--framework", "kubernetes", "--skip-download", "-o", "json", "--quiet"]
+    if skips:
+        command += ["--skip-check", ",".join(skips)]
+    result = run(command)
+    assert result.returncode in (0, 1), result.stderr
+    report = json.loads(result.stdout) if result.stdout.strip() else {}
+    failed = report.get("results", {}).get("failed_checks", []) if isinstance(report, dict) else []
+    return sorted({f"{check['check_id']} {check['resource']}" for check in failed})
+
+
+def test_every_skip_has_its_reason():
+    skips = yaml.safe_load((K8S / "checkov-skips.yaml").read_text())
+    assert all(isinstance(reason, str) and len(reason) > 20 for reason in skips.values())
+
+
+def test_checkov_passes_the_base_with_the_reviewed_skips_and_each_skip_is_needed(checkov):
+    skips = sorted(yaml.safe_load((K8S / "checkov-skips.yaml").read_text()))
+    assert checkov_failures(checkov, K8S / "base", skips) == []
+    unskipped = {failure.split()[0] for failure in checkov_failures(checkov, K8S / "base", [])}
+    assert unskipped == set(skips)  # a skip that nothing needs any more goes
+
+
+def test_checkov_is_the_real_linter(checkov, tmp_path):
+    privileged = copy.deepcopy(of_kind(base(), "Deployment"))
+    privileged["metadata"]["namespace"] = "x"
+    privileged["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(privileged))
+    skips = sorted(yaml.safe_load((K8S / "checkov-skips.yaml").read_text()))
+    assert any(failure.startswith("CKV_K8S_16 ") for failure in checkov_failures(checkov, tmp_path, skips))
