@@ -31,8 +31,8 @@ def run(replicas: int, seconds: float, clients: int, folder: Path, threads_per_r
 
     env = build_fixture().env()
     # One core's worth of torch threads per replica, as each GPU replica has a card of its own; more threads than
-    # free cores make torch's OpenMP threads spin against each other (measured: 1 replica at 2 threads, 0.3-2.9
-    # answers/s on this shared 2-core machine, against 12 at 1).
+    # free cores make torch's OpenMP threads spin against each other (measured on a shared 2-core machine: 1
+    # replica at 2 threads 0.3 to 12 answers/s from run to run, at 1 thread 18.6; docs/benchmarks.md).
     threads = str(threads_per_replica)
     env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32", "OMP_NUM_THREADS": threads,
                 "MKL_NUM_THREADS": threads})
