@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -43,7 +43,6 @@ class Replica:
     triton: TritonServer
     shim: ShimServer | None = None
     folder: Path | None = None
-    env: dict = field(default_factory=dict)
 
     def start_shim(self, **extra: str) -> ShimServer:
         old = self.shim
@@ -67,8 +66,8 @@ class Fleet:
 def fleet(fixture_pins, tmp_path_factory):
     folder = tmp_path_factory.mktemp("scale-out")
     started: list = []
+    replicas: list[Replica] = []
     try:
-        replicas = []
         for index in range(2):
             triton = TritonServer(model_env(fixture_pins), folder / f"tritonserver-{index}.log").start()
             started.append(triton)
@@ -94,7 +93,7 @@ def fleet(fixture_pins, tmp_path_factory):
     finally:
         for server in reversed(started):
             server.stop()
-        for replica in locals().get("replicas", []):
+        for replica in replicas:  # the shims the rolling restarts started
             if replica.shim is not None:
                 replica.shim.stop()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hmac
 
-import httpx
 import pytest
 
 from shim.settings import ShimSettings
