@@ -33,6 +33,9 @@ def rotate_log(path: Path) -> None:
         path.replace(path.with_name(path.name + ".1"))
 
 
+KILL_WAIT_SECONDS = 5  # after SIGKILL a process is gone at once, unless the kernel holds it
+
+
 class ServerExited(RuntimeError):
     """The server stopped before it became ready."""
 
@@ -100,4 +103,4 @@ class ManagedProcess:
             return self._process.wait(timeout)
         except subprocess.TimeoutExpired:
             self._process.kill()
-            return self._process.wait(timeout)
+            return self._process.wait(KILL_WAIT_SECONDS)

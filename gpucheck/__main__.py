@@ -15,9 +15,7 @@ from pathlib import Path
 
 from gpucheck import acceptance_kit
 from gpucheck.carry import DEFAULT_DIR, REPO_ROOT
-from gpucheck.check import Options, run
-
-DEADLINE_SECONDS = 465  # the whole check, teardown included, must finish within 8 minutes
+from gpucheck.check import DEADLINES, Options, run
 
 
 def parse(argv) -> Options:
@@ -32,27 +30,29 @@ def parse(argv) -> Options:
     parser.add_argument("--rounds", type=int, help="timed requests per shape (default 20; 2 with --cpu)")
     parser.add_argument("--warmup", type=int, help="untimed requests per shape first (default 2; 1 with --cpu)")
     parser.add_argument("--kit-checks", help=f"acceptance checks (default {acceptance_kit.GPU_CHECKS}; "
-                        f"{acceptance_kit.CPU_CHECKS} with --cpu)")
+                        f"{acceptance_kit.CPU_CHECKS} when the model runs on the CPU)")
     parser.add_argument("--kit-n", type=int, help="the kit's --n (default 20; 3 with --cpu)")
-    parser.add_argument("--deadline", type=float, default=DEADLINE_SECONDS, help="overall seconds (hard stop)")
+    parser.add_argument("--deadline", type=float, help=f"overall seconds, teardown included (hard stop; default "
+                        f"{DEADLINES['gpu']:.0f}, {DEADLINES['cpu']:.0f} with --cpu)")
     parser.add_argument("--server-root", type=Path, help="a tritonserver tree to use instead of the installed one")
     parser.add_argument("--device", choices=("cuda", "cpu"),
                         help="where the model runs (default cuda; cpu with --cpu, or to rehearse the GPU path "
                              "without a card)")
     args = parser.parse_args(argv)
     cpu = args.cpu
+    device = args.device or ("cpu" if cpu else "cuda")
     return Options(
         mode="cpu" if cpu else "gpu",
-        device=args.device or ("cpu" if cpu else "cuda"),
+        device=device,
         out=args.out.resolve(),
         scratch=(args.scratch or REPO_ROOT / ".cache" / "gpucheck").resolve(),
         carry=args.carry.resolve(),
         checkpoint=args.checkpoint or ("fixture" if cpu else "synthetic-full"),
         rounds=args.rounds or (2 if cpu else 20),
         warmup=args.warmup if args.warmup is not None else (1 if cpu else 2),
-        kit_checks=args.kit_checks or (acceptance_kit.CPU_CHECKS if cpu else acceptance_kit.GPU_CHECKS),
+        kit_checks=args.kit_checks or (acceptance_kit.GPU_CHECKS if device == "cuda" else acceptance_kit.CPU_CHECKS),
         kit_n=args.kit_n or (3 if cpu else 20),
-        deadline=args.deadline,
+        deadline=args.deadline or DEADLINES["cpu" if cpu else "gpu"],
         server_root=args.server_root.resolve() if args.server_root else None,
     )
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     options = parse(argv)
     os.chdir(REPO_ROOT)  # the shim and the check's scripts run as modules of this checkout
     report = run(options)
-    print(f"{report.result.upper()}: {options.out / 'report.md'}")
+    print(f"{report.result.upper()}: {options.out / 'report.md'} (files: {options.out / 'gpucheck-files.tar.gz'})")
     for step in report.steps.values():
         print(f"  {step.status:8} {step.name:16} {step.detail}")
     return 0 if report.result == "pass" else 1

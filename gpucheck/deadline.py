@@ -47,13 +47,19 @@ class Deadline:
         def terminated(signum, frame):
             raise DeadlineReached("the check was terminated (SIGTERM)")
 
-        signal.signal(signal.SIGALRM, fire)
-        signal.signal(signal.SIGTERM, terminated)
+        _previous.update({signal.SIGALRM: signal.signal(signal.SIGALRM, fire),
+                          signal.SIGTERM: signal.signal(signal.SIGTERM, terminated)})
         signal.setitimer(signal.ITIMER_REAL, max(1.0, self.seconds - self.reserve - self.elapsed()))
 
     @staticmethod
     def disarm() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum, handler in _previous.items():
+            signal.signal(signum, handler)
+        _previous.clear()
+
+
+_previous: dict = {}
 
 
 _live: set = set()

@@ -53,8 +53,9 @@ def facts() -> dict:
     return found
 
 
-def nvidia_smi(out: Path, label: str) -> bool:
-    """Append nvidia-smi's summary and its memory query under a heading; False when there is no nvidia-smi."""
+def nvidia_smi(out: Path, label: str, timeout: float = 30) -> bool:
+    """Append nvidia-smi's summary and its memory query under a heading, within timeout seconds in all; False when
+    there is no nvidia-smi."""
     if shutil.which("nvidia-smi") is None:
         return False
     with open(out, "a") as log:
@@ -64,7 +65,7 @@ def nvidia_smi(out: Path, label: str) -> bool:
                          "--format=csv"],
                         ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"]):
             try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+                done = subprocess.run(command, capture_output=True, text=True, timeout=timeout / 3)
                 log.write(done.stdout + done.stderr + "\n")
             except (OSError, subprocess.TimeoutExpired) as exc:
                 log.write(f"{' '.join(command)}: {exc}\n")

@@ -1,84 +1,50 @@
 """python -m gpucheck.inprocess --checkpoint SNAP --shapes shapes.json --device D --dtype T --out result.json
 
-predict() in this process, at the fitted shapes: the baseline that the service's time is compared with. For each
-timed shape, after --warmup rounds, up to --rounds rounds within the time budget; a round is every call of the
-shape's request, back to back, as the service runs them. With a CUDA device it also records memory: resident after
-loading, the vision tower's share, and each shape's peak (reserved and allocated), and scores the "probe" shape
-once (--probe) to size the VRAM cap.
+predict() in this process, at the fitted shapes: the baseline that the service's time is compared with. Every
+timed shape is warmed up first (--warmup rounds each: the first calls compile and autotune the kernels), then the
+"probe" shape is scored once (--probe) to size the VRAM cap, then each timed shape gets up to --rounds rounds within
+what --budget leaves; a round is every call of the shape's request, back to back, as the service runs them. With a
+CUDA device it also records memory: resident after loading, the vision tower's share, and each shape's peak
+(reserved and allocated).
 
 --kernels DIR puts carried kernel packages (flash-linear-attention) first on sys.path; --block-kernels makes fla and
 causal_conv1d unimportable before transformers loads, so that transformers binds its torch implementations. The
-result says which implementation transformers bound. The JSON is rewritten after every shape.
+result says which implementation transformers bound and the model's linear-attention path, both read by the model
+side's own probe (intern_decision_model.kernels). The JSON is rewritten after every stage.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-KERNEL_PACKAGES = {"fla": ("flash-linear-attention", "fla-core"), "causal_conv1d": ("causal-conv1d",)}
-BOUND_FUNCTIONS = ("torch_chunk_gated_delta_rule", "causal_conv1d_fn")
+from intern_decision_model import kernels
 
 
 def block_kernels() -> None:
-    for name in KERNEL_PACKAGES:
+    for name in kernels.PACKAGES:
         sys.modules[name] = None  # import raises ImportError; transformers falls back to torch
 
 
+def import_error(name: str) -> str | None:
+    try:
+        __import__(name)
+    except Exception as exc:  # any failure to import counts as not importable
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None
+
+
 def kernel_facts() -> dict:
+    """{package: importable, version, error}, by the model side's own probe."""
     facts = {}
-    for module_name, distributions in KERNEL_PACKAGES.items():
-        entry = {"importable": False, "version": None, "error": None}
-        try:
-            module = __import__(module_name)
-            entry["importable"] = True
-            entry["version"] = getattr(module, "__version__", None)
-        except Exception as exc:  # any failure to import counts as not importable
-            entry["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        for distribution in distributions:
-            try:
-                entry["version"] = entry["version"] or importlib.metadata.version(distribution)
-            except importlib.metadata.PackageNotFoundError:
-                pass
-        facts[module_name] = entry
+    for name in kernels.PACKAGES:
+        version = kernels.package_version(name)
+        facts[name] = {"importable": bool(version), "version": version or None,
+                       "error": None if version else import_error(name)}
     return facts
-
-
-def bound_implementation(function) -> str:
-    """Which implementation transformers bound behind one of its kernel-or-fallback functions."""
-    seen, stack = set(), [function]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        code, closure = getattr(current, "__code__", None), getattr(current, "__closure__", None)
-        if code is not None and closure:
-            for name, cell in zip(code.co_freevars, closure):
-                try:
-                    value = cell.cell_contents
-                except ValueError:
-                    continue
-                if name == "implementation" and callable(value):
-                    module = getattr(value, "__module__", "") or ""
-                    return "torch (transformers' reference)" if module.startswith("transformers") else module
-                if callable(value):
-                    stack.append(value)
-        wrapped = getattr(current, "__wrapped__", None)
-        if wrapped is not None:
-            stack.append(wrapped)
-    return "unknown"
-
-
-def bindings() -> dict:
-    from transformers.models.qwen3_5 import modeling_qwen3_5
-
-    return {name: bound_implementation(getattr(modeling_qwen3_5, name, None)) for name in BOUND_FUNCTIONS
-            if getattr(modeling_qwen3_5, name, None) is not None}
 
 
 class Memory:
@@ -136,7 +102,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--budget", type=float, default=90.0, help="seconds for the timed shapes together")
+    parser.add_argument("--budget", type=float, default=90.0,
+                        help="seconds for everything after the imports: loading, warm-ups, the probe, the rounds")
     parser.add_argument("--probe", action="store_true", help="score the probe shape once (memory)")
     parser.add_argument("--kernels", type=Path, help="a folder of kernel packages to put first on sys.path")
     parser.add_argument("--block-kernels", action="store_true")
@@ -159,18 +126,22 @@ def main(argv=None) -> int:
     import transformers
 
     from gpucheck.checkpoint_code import load_inference
+    from gpucheck.shapes import predict_calls
 
-    result.update(torch=torch.__version__, transformers=transformers.__version__, bound=bindings())
+    result.update(torch=torch.__version__, transformers=transformers.__version__,
+                  bound=kernels.report()["functions"])
     if args.device.startswith("cuda"):
         result["gpu"] = torch.cuda.get_device_name(args.device)
     save()
 
+    begun = time.monotonic()
     module = load_inference(args.checkpoint)
     memory = Memory(torch, args.device)
     started = time.perf_counter()
     engine = module.DecisionEngine(checkpoint=str(args.checkpoint), device=args.device, dtype=args.dtype)
     result["load_seconds"] = round(time.perf_counter() - started, 2)
     model = engine.backend.model
+    result["linear_attention"] = kernels.linear_attention_path(model)
     result["memory"] = {
         "weights_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "vision_bytes": sum(p.numel() * p.element_size() for p in model.model.visual.parameters()),
@@ -181,24 +152,29 @@ def main(argv=None) -> int:
 
     fitted = json.loads(args.shapes.read_text())["shapes"]
     timed = [name for name, shape in fitted.items() if shape["timed"]]
-    deadline = time.monotonic() + args.budget
-    for position, name in enumerate(timed):
-        from gpucheck.shapes import predict_calls
-
-        slice_seconds = max(1.0, (deadline - time.monotonic()) / (len(timed) - position))
-        memory.reset_peak()
-        entry = measure(engine, predict_calls(fitted[name]["body"]), args.rounds, slice_seconds, args.warmup)
-        entry["peak"] = memory.peak()
-        result["shapes"][name] = entry
-        save()
-    if args.probe and "probe" in fitted:
-        from gpucheck.shapes import predict_calls
-
+    # Every warm-up first, inside this step's budget: the first call of each shape compiles (and, with
+    # flash-linear-attention, autotunes) its kernels; the autotune cache then serves the server's process too.
+    started = time.perf_counter()
+    for name in timed:
+        for _ in range(args.warmup):
+            for request in predict_calls(fitted[name]["body"]):
+                engine.predict(request)
+    result["warmup_seconds"] = round(time.perf_counter() - started, 2)
+    save()
+    if args.probe and "probe" in fitted:  # before the timed rounds, so that the cap is measured whatever is left
         memory.reset_peak()
         started = time.perf_counter()
         answer = engine.predict(predict_calls(fitted["probe"]["body"])[0])
         result["probe"] = {"tokens": answer["usage"]["input_tokens"],
                            "ms": round((time.perf_counter() - started) * 1000, 2), "peak": memory.peak()}
+        save()
+    deadline = begun + args.budget
+    for position, name in enumerate(timed):
+        slice_seconds = max(1.0, (deadline - time.monotonic()) / (len(timed) - position))
+        memory.reset_peak()
+        entry = measure(engine, predict_calls(fitted[name]["body"]), args.rounds, slice_seconds, warmup=0)
+        entry["peak"] = memory.peak()
+        result["shapes"][name] = entry
         save()
     return 0
 

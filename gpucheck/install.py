@@ -7,6 +7,12 @@ virtual environment. pip resolves against what is there and takes only what is m
 (numpy<2 shadows a numpy 2 of the machine, as the python backend stub needs). Nothing of the machine's own
 environment is changed.
 
+Two more .pth files make the environment work the way the production image does:
+* the repository's root, so that the stub (which ignores PYTHONPATH and the current folder) imports the wire
+  protocol and the model side's package, intern_decision_model, the way the image has them in site-packages;
+* the machine's packages that cannot work beside the carried numpy 1.x (gpucheck.shadowed: scipy and scikit-learn
+  on the GPU machine) hidden from every interpreter of the environment, so that transformers sees them as absent.
+
 flash-linear-attention goes to a separate folder: the check measures with it first, and the served model sees it
 (through a .pth added later) only when that measurement worked.
 """
@@ -22,6 +28,8 @@ from gpucheck.deadline import run_logged
 
 PTH_NAME = "gpucheck-base-interpreter.pth"
 KERNELS_PTH_NAME = "gpucheck-kernels.pth"
+REPOSITORY_PTH_NAME = "gpucheck-repository.pth"
+HIDDEN_PTH_NAME = "gpucheck-hidden.pth"
 
 
 def python_of(venv: Path) -> Path:
@@ -58,6 +66,30 @@ def link_base_interpreter(machine_python: str, venv: Path, log: Path, timeout: f
     (target / PTH_NAME).write_text("\n".join(base_site_dirs(machine_python, log, timeout)) + "\n")
 
 
+def hide_line(names: list) -> str:
+    """A .pth line that makes these modules absent: import raises ImportError, importlib.util.find_spec says None."""
+    return f"import sys; sys.modules.update(dict.fromkeys({sorted(set(names))!r}))\n"
+
+
+def hide_shadowed(machine_python: str, venv: Path, log: Path, timeout: float) -> list:
+    """Hides what gpucheck.shadowed lists for the environment's numpy; returns that list."""
+    venv_python = python_of(venv)
+    numpy_version = run_logged([venv_python, "-I", "-c", "import numpy; print(numpy.__version__)"], log,
+                               timeout).strip()
+    hidden = json.loads(run_logged([machine_python, "-m", "gpucheck.shadowed", "--numpy", numpy_version], log,
+                                   timeout, cwd=carry.REPO_ROOT))
+    target = Path(site_packages(venv_python, log, timeout))
+    names = [name for entry in hidden for name in entry["imports"]]
+    if names:
+        (target / HIDDEN_PTH_NAME).write_text(hide_line(names))
+    return hidden
+
+
+def link_repository(venv: Path, log: Path, timeout: float) -> None:
+    target = Path(site_packages(python_of(venv), log, timeout))
+    (target / REPOSITORY_PTH_NAME).write_text(f"{carry.REPO_ROOT}\n")
+
+
 def pip_install(pip: list, arguments: list, log: Path, timeout: float) -> None:
     run_logged([*pip, "install", "--disable-pip-version-check", "--no-input", "--no-index", "--only-binary=:all:",
                 *arguments], log, timeout)
@@ -80,8 +112,9 @@ def unpack_server(tarball: Path, dest: Path) -> Path:
     return root
 
 
-def install(machine_python: str, carry_dir: Path, scratch: Path, log: Path, budget: float) -> dict:
-    """Everything above; returns {python, server_root, kernels, versions}."""
+def install(machine_python: str, carry_dir: Path, scratch: Path, log: Path, budget) -> dict:
+    """Everything above, each command within budget() (the seconds the step has left); returns {python,
+    server_root, kernels, versions, hidden}."""
     wheels = carry_dir / carry.WHEELS
     tarball = carry_dir / carry.SERVER_TARBALL
     for needed in (wheels, tarball):
@@ -89,18 +122,21 @@ def install(machine_python: str, carry_dir: Path, scratch: Path, log: Path, budg
             raise RuntimeError(f"{needed} is missing: run python -m gpucheck.collect where the package index is "
                                f"reachable, and carry {carry_dir.name}/ along")
     venv = scratch / "venv"
-    pip = create_venv(machine_python, venv, log, budget)
-    link_base_interpreter(machine_python, venv, log, 60)
-    pip_install(pip, ["--find-links", wheels, *carry.SERVICE_REQUIREMENTS], log, budget)
+    pip = create_venv(machine_python, venv, log, budget())
+    link_base_interpreter(machine_python, venv, log, budget())
+    pip_install(pip, ["--find-links", wheels, *carry.SERVICE_REQUIREMENTS], log, budget())
+    link_repository(venv, log, budget())
+    hidden = hide_shadowed(machine_python, venv, log, budget())
     server_root = unpack_server(tarball, scratch / "triton")
     kernels = None
     kernel_wheels = carry_dir / carry.KERNEL_WHEELS
     if kernel_wheels.is_dir() and any(kernel_wheels.glob("*.whl")):
         kernels = scratch / "kernels"
-        pip_install(pip, ["--no-deps", "--target", kernels, *sorted(kernel_wheels.glob("*.whl"))], log, budget)
-    versions = json.loads(run_logged([python_of(venv), "-c", carry.IMPORT_CHECK], log, 120).strip().splitlines()[-1])
+        pip_install(pip, ["--no-deps", "--target", kernels, *sorted(kernel_wheels.glob("*.whl"))], log, budget())
+    versions = json.loads(run_logged([python_of(venv), "-I", "-c", carry.IMPORT_CHECK], log,
+                                     budget()).strip().splitlines()[-1])
     return {"python": str(python_of(venv)), "server_root": str(server_root),
-            "kernels": str(kernels) if kernels else None, "versions": versions}
+            "kernels": str(kernels) if kernels else None, "versions": versions, "hidden": hidden}
 
 
 def expose_kernels(python: str, kernels: Path, log: Path) -> None:

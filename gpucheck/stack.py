@@ -54,8 +54,9 @@ class Stack:
     attempts: list
 
     def stop(self) -> None:
-        self.shim.stop(timeout=10)
-        self.server.stop(timeout=20)
+        """Within the teardown's reserve (gpucheck.check.TEARDOWN_SECONDS): each is killed past its timeout."""
+        self.shim.stop(timeout=5)
+        self.server.stop(timeout=15)
 
 
 def start_server(attempts: list, env: dict, repository: Path, root: Path, python: str, logs: Path,
@@ -75,9 +76,9 @@ def start_server(attempts: list, env: dict, repository: Path, root: Path, python
         except (ServerExited, TimeoutError) as exc:
             tried.append({"config": label, "ready": False, "error": str(exc),
                           "reason": load_failure(server.log_path)})
-            server.stop(timeout=20)
+            server.stop(timeout=15)
         except BaseException:
-            server.stop(timeout=20)
+            server.stop(timeout=15)
             raise
     raise RuntimeError("tritonserver did not get ready with any config: "
                        + "; ".join(f"{t['config']}: {t['reason']}" for t in tried))

@@ -80,9 +80,22 @@ def render_markdown(report: dict) -> str:
         f"({reference['rtx4090_note']}); {reference['h200_cuda_graphs_ms']} ms ({reference['h200_note']}).",
     ]
     facts = report.get("facts") or {}
+    lines += ["", kernels_line(facts)]
     if facts:
         lines += ["", "## Facts", ""]
         lines += [f"- {key}: {value}" for key, value in facts.items() if key != "latency"]
-    lines += ["", "Files: report.json (everything above and each step's data), the logs of each step, "
-              "tritonserver-<config>.log, shim.log, nvidia-smi.txt (GPU), acceptance/ (the kit's report).", ""]
+    lines += ["", "Files: report.json (everything above and each step's data); gpucheck-files.tar.gz: the logs of each "
+              "step, tritonserver-<config>.log, shim.log, nvidia-smi.txt (GPU), acceptance/ (the kit's report).", ""]
     return "\n".join(lines)
+
+
+def kernels_line(facts: dict) -> str:
+    """Which linear-attention path served and which one the in-process figures used; in bold when the check had to
+    allow the slow path for the model to start."""
+    served, inprocess = facts.get("linear_attention_served"), facts.get("linear_attention_inprocess")
+    line = f"Linear attention: served on the {served or '(not served)'} path; in-process figures on the " \
+           f"{inprocess or '(not measured)'} path."
+    if facts.get("slow_kernels_allowed"):
+        return (f"**{line} The check set INTERN_DECISION_ALLOW_SLOW_KERNELS=1: without causal-conv1d the model "
+                f"refuses to serve on CUDA, and these figures are not the production kernels'.**")
+    return line

@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
 
+from wire import answer as wire_answer
 from wire.facts import ModelFacts
 
 from .checkpoint import StartupRefused, load_inference_module, verify_snapshot_path
@@ -234,11 +235,8 @@ class ServingEngine:
 
     def _score(self, call: tuple[dict, Future]) -> dict:
         request, prompt_sha256 = call
-        result = self._engine.predict(request)
-        result["prompt_sha256"] = prompt_sha256.result()
-        result["prompt_version"] = self.settings.prompt_version
-        result["model_facts"] = self._answer_facts
-        return result
+        return wire_answer.written(self._engine.predict(request), prompt_sha256.result(),
+                                   self.settings.prompt_version, self._answer_facts)
 
     def close(self) -> None:
         self._hasher.shutdown(wait=True, cancel_futures=True)

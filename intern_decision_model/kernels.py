@@ -1,25 +1,29 @@
-"""Which linear-attention kernels the model runs: the fast ones (flash-linear-attention, causal-conv1d) or
-transformers' reference PyTorch path, which gives the same numbers far more slowly and which transformers falls
-back to silently when a package is missing or does not import.
+"""The one kernel probe: which linear-attention kernels the model runs, the fast ones (flash-linear-attention,
+causal-conv1d) or transformers' reference PyTorch path, which gives the same numbers far more slowly and which
+transformers falls back to silently when a package is missing or does not import.
 
 transformers picks each kernel once, when its modelling module is imported, and keeps the choice in the closure of
-the function the model's linear-attention layers call; that choice is what is reported, not merely whether a
-package is installed.
+the function the model's linear-attention layers call (`is_new_implementation`, and the chosen `implementation`);
+that choice is what is reported, not merely whether a package is installed. The model side (its startup check, the
+info metric, /health), the GPU check and the Triton image's build-time smoke check all read it here, so all three
+report the same `linear_attention` value.
 """
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable
 
-# import name -> distribution name
-PACKAGES = {"fla": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
-# The module-level functions a linear-attention layer's prefill forward calls.
-KERNEL_FUNCTIONS = ("causal_conv1d_fn", "torch_chunk_gated_delta_rule")
+# import name -> the distributions that provide it (fla-core carries fla's kernels since 0.3)
+PACKAGES = {"fla": ("flash-linear-attention", "fla-core"), "causal_conv1d": ("causal-conv1d",)}
+# The module-level functions a linear-attention layer's prefill forward calls, and the package each one binds to.
+KERNEL_FUNCTIONS = {"causal_conv1d_fn": "causal_conv1d", "torch_chunk_gated_delta_rule": "fla"}
 LINEAR_ATTENTION_SUFFIX = "GatedDeltaNet"
+QWEN3_5_MODELING = "transformers.models.qwen3_5.modeling_qwen3_5"
+
+FAST, REFERENCE, MIXED, UNKNOWN, NONE = "fast", "reference", "mixed", "unknown", "none"
 
 
 @dataclass(frozen=True)
@@ -30,40 +34,96 @@ class KernelFacts:
 
 
 def package_version(name: str) -> str:
+    """The version of an importable kernel package, "" when it does not import (a broken build raises anything from
+    ImportError to OSError), "unknown" when it imports without saying."""
     try:
         module = importlib.import_module(name)
-    except Exception:  # a broken build raises anything from ImportError to OSError
+    except Exception:
         return ""
-    try:
-        return getattr(module, "__version__", None) or metadata.version(PACKAGES[name])
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    version = getattr(module, "__version__", None)
+    for distribution in PACKAGES.get(name, ()):
+        if version:
+            break
+        try:
+            version = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+    return version or "unknown"
+
+
+def _choice(function: Callable) -> tuple[str, str]:
+    """(fast | reference | unknown, the module of the bound implementation), read from the closures."""
+    seen, pending = set(), [function]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        code, closure = getattr(current, "__code__", None), getattr(current, "__closure__", None)
+        cells = {}
+        if code is not None and closure:
+            for name, cell in zip(code.co_freevars, closure):
+                try:
+                    cells[name] = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+        if "is_new_implementation" in cells:
+            bound = cells.get("implementation")
+            module = getattr(bound, "__module__", "") or ""
+            return (FAST if cells["is_new_implementation"] else REFERENCE), module
+        pending.extend(value for value in cells.values() if callable(value))
+        pending.append(getattr(current, "__wrapped__", None))
+    return UNKNOWN, ""
 
 
 def implementation_of(function: Callable) -> str:
     """fast, reference or unknown: what transformers resolved the kernel function to."""
-    for candidate in (function, getattr(function, "__wrapped__", None)):
-        if candidate is None:
-            continue
-        try:
-            nonlocals = inspect.getclosurevars(candidate).nonlocals
-        except (TypeError, ValueError):
-            continue
-        if "is_new_implementation" in nonlocals:
-            return "fast" if nonlocals["is_new_implementation"] else "reference"
-    return "unknown"
+    return _choice(function)[0]
+
+
+def bound_module(function: Callable) -> str:
+    """The module of the implementation transformers bound ("" when unknown), for reports."""
+    return _choice(function)[1]
+
+
+def combine(paths) -> str:
+    paths = set(paths)
+    if not paths or UNKNOWN in paths:
+        return UNKNOWN
+    return paths.pop() if len(paths) == 1 else MIXED
+
+
+def module_paths(module: Any) -> dict[str, str]:
+    """{kernel function: fast | reference | unknown} for one modelling module."""
+    return {name: implementation_of(getattr(module, name)) for name in KERNEL_FUNCTIONS if hasattr(module, name)}
 
 
 def linear_attention_path(model: Any) -> str:
+    """The path the model's own linear-attention layers run: fast, reference, mixed, unknown or none."""
     modules = {type(layer).__module__ for layer in model.modules()
                if type(layer).__name__.endswith(LINEAR_ATTENTION_SUFFIX)}
     if not modules:
-        return "none"
-    paths = {implementation_of(getattr(sys.modules[name], function)) for name in modules
-             for function in KERNEL_FUNCTIONS if hasattr(sys.modules[name], function)}
-    if not paths or "unknown" in paths:
-        return "unknown"
-    return paths.pop() if len(paths) == 1 else "mixed"
+        return NONE
+    return combine(path for name in modules for path in module_paths(sys.modules[name]).values())
+
+
+def qwen3_5_paths() -> dict[str, str]:
+    """Without a model: what transformers' Qwen3.5 modelling bound, per kernel function (importing it binds)."""
+    return module_paths(importlib.import_module(QWEN3_5_MODELING))
+
+
+def qwen3_5_path() -> str:
+    return combine(qwen3_5_paths().values())
+
+
+def report(model: Any | None = None) -> dict:
+    """Everything the probe knows, as plain data: the packages, each function's choice and module, the path."""
+    module = importlib.import_module(QWEN3_5_MODELING)
+    functions = {name: {"path": implementation_of(getattr(module, name)), "bound": bound_module(getattr(module, name))}
+                 for name in KERNEL_FUNCTIONS if hasattr(module, name)}
+    return {"packages": {name: package_version(name) for name in PACKAGES}, "functions": functions,
+            "linear_attention": linear_attention_path(model) if model is not None
+            else combine(entry["path"] for entry in functions.values())}
 
 
 def kernel_facts(model: Any) -> KernelFacts:
@@ -72,7 +132,7 @@ def kernel_facts(model: Any) -> KernelFacts:
 
 def slow_path_refusal(facts: KernelFacts, device: str, allowed: bool) -> str | None:
     """Why a CUDA model may not serve on these kernels, or None. The CPU never has the fast path."""
-    if not device.startswith("cuda") or allowed or facts.linear_attention in ("fast", "none"):
+    if not device.startswith("cuda") or allowed or facts.linear_attention in (FAST, NONE):
         return None
     return (f"kernel check failed: the linear-attention layers run the {facts.linear_attention} path "
             f"(flash-linear-attention: {facts.fla_version or 'does not import'}, "

@@ -1,43 +1,22 @@
 """One access line and the request series per HTTP request, as pure ASGI middleware just inside RequestId.
 
 The line (logger intern_decision.shim.access) carries the route template, the status, the duration and, for a
-request that was planned, its calls and their input tokens, which the service notes through note_usage while it
-runs. A request whose app raised counts as 500 (Starlette's outermost layer answers it so); one that ended
+request that was planned, its calls and their input tokens, which the service notes through context.note_usage
+while it runs. A request whose app raised counts as 500 (Starlette's outermost layer answers it so); one that ended
 without a response, the client having gone away, counts as 499.
 """
 from __future__ import annotations
 
 import logging
 import time
-from contextvars import ContextVar
-from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from . import context
 from .metrics import ShimMetrics, route_of
 
 log = logging.getLogger("intern_decision.shim.access")
 CLIENT_WENT_AWAY = 499
-
-
-@dataclass
-class Usage:
-    calls: int | None = None
-    input_tokens: int | None = None
-
-
-_usage: ContextVar[Usage | None] = ContextVar("intern_decision_usage", default=None)
-
-
-def note_usage(calls: int | None = None, input_tokens: int | None = None) -> None:
-    """What the request being handled sends the model; a no-op outside a request."""
-    usage = _usage.get()
-    if usage is None:
-        return
-    if calls is not None:
-        usage.calls = calls
-    if input_tokens is not None:
-        usage.input_tokens = input_tokens
 
 
 class AccessLog:
@@ -50,8 +29,8 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        usage = Usage()
-        _usage.set(usage)
+        usage = context.Usage()
+        context.usage.set(usage)
         status: int | None = None
 
         async def send_noting_status(message: Message) -> None:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import math
 
+from wire.answer import AnswerUnreadable, CallAnswer, ChoiceAnswer
+
+from .errors import IncompleteAnswer
 from .planning import Call, Slot
 from .validation import Decision
 
@@ -12,36 +15,33 @@ PROBABILITY_STATUS = "calibrated"
 LOG_FLOOR = 1e-300
 
 
-class IncompleteAnswer(Exception):
-    """The model's answer lacks something a result needs; never guessed, always a 500 scoring_failed."""
-
-
-def ordering_result(decision: Decision, result_id: str, slot: Slot, call: Call, answer: dict) -> dict:
+def ordering_result(decision: Decision, result_id: str, slot: Slot, call: Call, answer: CallAnswer) -> dict:
     try:
-        native = answer["answers"][slot.field]
-        probabilities = native["probabilities"]
-        option_ids = [option.id for option in slot.options]
-        missing = [option_id for option_id in option_ids if option_id not in probabilities]
-        if missing:
-            raise IncompleteAnswer(f"the model's answer for decision {decision.id!r} lacks option ids {missing}")
-        return {
-            "id": result_id,
-            "option_ids": option_ids,
-            "probabilities": [probabilities[option_id] for option_id in option_ids],
-            "top": native["choice"],
-            "confidence": native["confidence"],
-            "calibration": answer["calibration"],
-            "native": native,
-            "input_tokens": answer["usage"]["input_tokens"],
-            "prompt_sha256": answer["prompt_sha256"],
-            "prompt_version": answer["prompt_version"],
-            "model": answer["model_facts"],
-            "readout": READOUT,
-            "probability_status": PROBABILITY_STATUS,
-            "call": {"index": call.index, "field": slot.field, "questions": len(call.slots)},
-        }
-    except (KeyError, TypeError) as exc:
-        raise IncompleteAnswer(f"the model's answer for decision {decision.id!r} lacks {exc}") from None
+        native = answer.field(slot.field)
+    except AnswerUnreadable:
+        raise IncompleteAnswer(f"the model's answer for decision {decision.id!r} lacks {slot.field!r}") from None
+    if not isinstance(native, ChoiceAnswer):
+        raise IncompleteAnswer(f"the model's answer for decision {decision.id!r} is a {native.type}, not a choice")
+    option_ids = [option.id for option in slot.options]
+    missing = [option_id for option_id in option_ids if option_id not in native.probabilities]
+    if missing:
+        raise IncompleteAnswer(f"the model's answer for decision {decision.id!r} lacks option ids {missing}")
+    return {
+        "id": result_id,
+        "option_ids": option_ids,
+        "probabilities": [native.probabilities[option_id] for option_id in option_ids],
+        "top": native.choice,
+        "confidence": native.confidence,
+        "calibration": answer.calibration,
+        "native": native.native,
+        "input_tokens": answer.input_tokens,
+        "prompt_sha256": answer.prompt_sha256,
+        "prompt_version": answer.prompt_version,
+        "model": answer.model_facts,
+        "readout": READOUT,
+        "probability_status": PROBABILITY_STATUS,
+        "call": {"index": call.index, "field": slot.field, "questions": len(call.slots)},
+    }
 
 
 def averaged_result(decision: Decision, orderings: list[dict]) -> dict:

@@ -1,55 +1,117 @@
-"""The error envelope, and the mapping of Triton's errors onto it by the wire protocol's kinds (no prose parsing)."""
+"""The error envelope, the shim's public errors, and the one failure type of a call to the model.
+
+A failure is classified once, where it happens (the Triton adapter, the answer's reader, the watch), as a `Failure`
+built on the wire protocol's `Kind`; the watch, the metrics and the HTTP answer read that one value.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from typing import NamedTuple
 
-from wire.protocol import parse_error
+from wire.protocol import Kind, parse_error
 
-UNAVAILABLE = (502, "model_unavailable")
+
+class PublicError(NamedTuple):
+    status: int
+    code: str
+
+
+UNAVAILABLE = PublicError(502, "model_unavailable")
 # The refusals of a POST before it reaches the app (shim/middleware.py), in the order they are checked.
-UNAUTHORIZED = (401, "unauthorized")
-BUSY = (429, "busy")
-REQUEST_TIMEOUT = (408, "request_timeout")
-TOO_LARGE = (413, "request_too_large")
+UNAUTHORIZED = PublicError(401, "unauthorized")
+UNSUPPORTED_MEDIA_TYPE = PublicError(415, "unsupported_media_type")
+BUSY = PublicError(429, "busy")
+REQUEST_TIMEOUT = PublicError(408, "request_timeout")
+TOO_LARGE = PublicError(413, "request_too_large")
 # The app's own: validation (and the model's ValueError), an answer that cannot be read, no such route.
-INVALID = (422, "invalid_request")
-SCORING_FAILED = (500, "scoring_failed")
+INVALID = PublicError(422, "invalid_request")
+SCORING_FAILED = PublicError(500, "scoring_failed")
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 # Headers refused by the server before there is a request (shim/server.py).
-HEADERS_TOO_LARGE = (431, "request_header_too_large")
+HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large")
 # Seconds a 429 asks the caller to wait (Retry-After).
 RETRY_AFTER_SECONDS = 1
 
 
-@dataclass
 class ApiError(Exception):
-    status: int
-    code: str
-    message: str
+    """An error answered in the envelope with its status (and, on the System One routes, a 422's detail)."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                 detail: list[dict] | None = None):
+        super().__init__(status, code, message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+        self.detail = detail
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.message}"
+
+
+class Failure(enum.Enum):
+    """How a call to the model failed.
+
+    label:       the kind label of intern_decision_shim_triton_errors_total (None: not a Triton error, not counted)
+    error:       what the caller is answered
+    marks_down:  whether the watch takes the model for down and pings it at once
+    """
+
+    INVALID = (Kind.INVALID.word, PublicError(Kind.INVALID.status, Kind.INVALID.code), False)
+    OUT_OF_MEMORY = (Kind.OUT_OF_MEMORY.word, PublicError(Kind.OUT_OF_MEMORY.status, Kind.OUT_OF_MEMORY.code), False)
+    FAILED = (Kind.FAILED.word, PublicError(Kind.FAILED.status, Kind.FAILED.code), False)
+    TRITON = ("model_unavailable", UNAVAILABLE, True)  # Triton answered an error of its own (a dead stub, not ready)
+    TRANSPORT = ("transport", UNAVAILABLE, True)  # Triton did not answer at all: refused, reset, timed out
+    UNREADABLE = ("unreadable_answer", SCORING_FAILED, False)  # an answer that lacks something a result needs
+    DOWN = (None, UNAVAILABLE, False)  # refused by the watch while the model is down: nothing reached Triton
+
+    def __init__(self, label: str | None, error: PublicError, marks_down: bool):
+        self.label = label
+        self.error = error
+        self.marks_down = marks_down
+
+    @classmethod
+    def of(cls, kind: Kind) -> "Failure":
+        return cls[kind.name]
+
+
+class ModelFailure(ApiError):
+    """call: the failed call's index within its inference request, when the model named it."""
+
+    def __init__(self, failure: Failure, message: str, call: int | None = None,
+                 headers: dict[str, str] | None = None, detail: list[dict] | None = None):
+        super().__init__(failure.error.status, failure.error.code, message, headers, detail)
+        self.failure = failure
+        self.call = call
+
+
+class IncompleteAnswer(ModelFailure):
+    """The model's answer lacks something a result needs; never guessed, always a 500 scoring_failed."""
+
+    def __init__(self, message: str):
+        super().__init__(Failure.UNREADABLE, message)
 
 
 def envelope(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}
 
 
-def from_triton(status: int | str | None, message: str) -> ApiError:
+def validation_detail(loc: list, message: str, kind: str = "value_error") -> dict:
+    """FastAPI's (and TypeSafe's) 422 detail beside the envelope, so their clients' typed errors read it."""
+    return {"detail": [{"loc": loc, "msg": message, "type": kind}]}
+
+
+def from_triton(status: int | str | None, message: str) -> ModelFailure:
     """The model's own error (its kind fails the whole request), or model_unavailable for Triton's own."""
     error = parse_error(status, message)
     if error is None:
-        return model_unavailable(f"Triton answered {status or 'without a status'}: {message}")
-    return ApiError(error.kind.status, error.kind.code, error.detail)
+        return ModelFailure(Failure.TRITON, f"Triton answered {status or 'without a status'}: {message}")
+    return ModelFailure(Failure.of(error.kind), error.detail, error.call)
 
 
-class Unreachable(ApiError):
-    """model_unavailable because Triton did not answer at all (refused, reset, timed out): the transport kind."""
+def model_unavailable(message: str) -> ModelFailure:
+    return ModelFailure(Failure.TRITON, message)
 
 
-def model_unavailable(message: str) -> ApiError:
-    return ApiError(UNAVAILABLE[0], UNAVAILABLE[1], message)
-
-
-def unreachable(message: str) -> ApiError:
-    return Unreachable(UNAVAILABLE[0], UNAVAILABLE[1], message)
+def unreachable(message: str) -> ModelFailure:
+    return ModelFailure(Failure.TRANSPORT, message)

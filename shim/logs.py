@@ -1,18 +1,16 @@
 """The shim's logs: one JSON object per line, the request id on every line written while a request is handled.
 
-The request id lives in a ContextVar, set by the RequestId middleware for the task that handles the request; a
-filter on the handler copies it onto every record, uvicorn's own included (they share the handler through
-uvicorn's log_config). The middleware never resets it: uvicorn runs each request in a task of its own, and its
-"Exception in ASGI application" line, written after the app has returned, must still carry the id.
+The request id lives in a ContextVar (shim/context.py), set by the RequestId middleware for the task that handles
+the request; a filter on the handler copies it onto every record, uvicorn's own included (they share the handler
+through uvicorn's log_config).
 """
 from __future__ import annotations
 
 import json
 import logging
 import time
-from contextvars import ContextVar
 
-request_id: ContextVar[str | None] = ContextVar("intern_decision_request_id", default=None)
+from .context import request_id  # noqa: F401 (the log filter's source; tests set it here)
 
 # What every LogRecord has; anything else on a record came from extra= and is written as a field of its own.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {

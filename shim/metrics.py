@@ -16,16 +16,17 @@ from __future__ import annotations
 from typing import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
-from wire.protocol import Kind
 
-ROUTES = frozenset({"/health", "/decide", "/decide/shared"})
+from .errors import Failure
+
+ROUTES = frozenset({"/health", "/decide", "/decide/shared", "/v1/models", "/v1/systemone", "/v1/systemone/batch"})
 OTHER_ROUTE = "other"
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 7.5, 10.0,
                    15.0, 30.0)
 CALLS_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 # The model's own kinds (the wire protocol's words), Triton answering an error of its own or not ready
 # (model_unavailable), no answer at all (transport), an answer that cannot be read (unreadable_answer).
-TRITON_ERROR_KINDS = tuple(kind.word for kind in Kind) + ("model_unavailable", "transport", "unreadable_answer")
+TRITON_ERROR_KINDS = tuple(failure.label for failure in Failure if failure.label is not None)
 DEFAULT_PORT = 9464
 
 
@@ -67,8 +68,9 @@ class ShimMetrics:
         if status == 429:
             self._busy.inc()
 
-    def triton_error(self, kind: str) -> None:
-        self._triton_errors[kind].inc()
+    def triton_error(self, failure: Failure) -> None:
+        if failure.label is not None:
+            self._triton_errors[failure.label].inc()
 
 
 def listen_address(env: Mapping[str, str], shim_host: str) -> tuple[str, int] | None:

@@ -1,12 +1,15 @@
 """Pure ASGI middleware: the request id, then auth, admission and the body limit in the contract's order for a POST:
 
 1. auth (401) from the headers alone, so an unauthenticated request never takes a queue slot; exactly one
-   Authorization header, scheme `Bearer` in any case;
-2. admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
-3. the body (413), counted as it arrives, chunked bodies included; a declared Content-Length is trusted only
-   when it is ASCII digits, and then refuses early. The whole body must arrive within BODY_TIMEOUT_SECONDS of
-   admission, else 408 and the connection is closed: a slow client cannot hold a queue slot;
-4. the app (validation and scoring) gets the counted body replayed.
+   Authorization header, scheme `Bearer` in any case (GET /v1/models needs it too, and nothing else);
+2. the Content-Encoding (415 unless identity, gzip or zstd), from the headers alone;
+3. admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
+4. the body (413), decoded (shim/encoding.py) and counted as it arrives, chunked bodies included; the limit is on
+   the decoded bytes. A declared Content-Length of an unencoded body is trusted only when it is ASCII digits, and
+   then refuses early. The whole body must arrive within BODY_TIMEOUT_SECONDS of admission, else 408 and the
+   connection is closed: a slow client cannot hold a queue slot; a body that is not a whole stream of its
+   encoding is 422;
+5. the app (validation and scoring) gets the decoded body replayed.
 """
 from __future__ import annotations
 
@@ -15,15 +18,23 @@ import hmac
 import re
 import uuid
 
+from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import logs
-from .errors import BUSY, REQUEST_TIMEOUT, RETRY_AFTER_SECONDS, TOO_LARGE, UNAUTHORIZED, envelope
+from . import context
+from .encoding import IDENTITY, BodyDecoder, BodyTooLarge, UndecodableBody, UnsupportedEncoding, content_encoding
+from .errors import (BUSY, INVALID, REQUEST_TIMEOUT, RETRY_AFTER_SECONDS, TOO_LARGE, UNAUTHORIZED,
+                     UNSUPPORTED_MEDIA_TYPE, PublicError, envelope, validation_detail)
 
 _ASCII_DIGITS = re.compile(rb"[0-9]+")
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 REQUEST_ID_HEADER = b"x-request-id"
+# The System One routes answer the id under the name the TypeSafe SDK reads as well.
+SYSTEMONE_PREFIX = "/v1/"
+SYSTEMONE_REQUEST_ID_HEADER = b"x-typesafe-request-id"
+# GETs that need the bearer token (every POST does).
+AUTHENTICATED_GETS = frozenset({"/v1/models"})
 
 
 def bearer_matches(headers: list[tuple[bytes, bytes]], token: bytes) -> bool:
@@ -42,14 +53,12 @@ def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     return None
 
 
-async def refuse(scope: Scope, receive: Receive, send: Send, error: tuple[int, str], message: str,
+async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError, message: str,
                  headers: dict[str, str] | None = None) -> None:
-    status, code = error
-    await JSONResponse(envelope(code, message), status_code=status, headers=headers)(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    """The body is over MAX_BODY_BYTES, declared or counted."""
+    body = envelope(error.code, message)
+    if error == INVALID and scope["path"].startswith(SYSTEMONE_PREFIX):
+        body.update(validation_detail(["body"], message))
+    await JSONResponse(body, status_code=error.status, headers=headers)(scope, receive, send)
 
 
 class PostGuard:
@@ -63,12 +72,20 @@ class PostGuard:
         self.in_progress = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http" or (scope["method"] != "POST" and scope["path"] not in AUTHENTICATED_GETS):
             await self.app(scope, receive, send)
             return
         if not bearer_matches(scope["headers"], self._token):
             await refuse(scope, receive, send, UNAUTHORIZED, "missing or wrong bearer token",
                          {"WWW-Authenticate": "Bearer"})
+            return
+        if scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        try:
+            encoding = content_encoding(Headers(scope=scope).getlist("content-encoding"))
+        except UnsupportedEncoding as exc:
+            await refuse(scope, receive, send, UNSUPPORTED_MEDIA_TYPE, str(exc))
             return
         if self.in_progress >= self._max_queue:
             await refuse(scope, receive, send, BUSY,
@@ -79,38 +96,39 @@ class PostGuard:
         try:
             try:
                 async with asyncio.timeout(self._body_timeout):
-                    body = await self._read_body(scope, receive)
+                    body = await self._read_body(scope, receive, encoding)
             except TimeoutError:
                 await refuse(scope, receive, send, REQUEST_TIMEOUT,
                              f"the body did not arrive within {self._body_timeout:g} s (BODY_TIMEOUT_SECONDS)",
                              {"Connection": "close"})
                 return
-            except _TooLarge:
+            except BodyTooLarge:
+                decoded = "" if encoding == IDENTITY else f" once its {encoding} is decoded"
                 await refuse(scope, receive, send, TOO_LARGE,
-                             f"the body is larger than {self._max_body} bytes (MAX_BODY_BYTES)")
+                             f"the body is larger than {self._max_body} bytes{decoded} (MAX_BODY_BYTES)")
+                return
+            except UndecodableBody as exc:
+                await refuse(scope, receive, send, INVALID, str(exc))
                 return
             if body is not None:
                 await self.app(scope, _replay(body, receive), send)
         finally:
             self.in_progress -= 1
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body, or None when the client went away; _TooLarge past MAX_BODY_BYTES."""
-        declared = declared_length(scope["headers"])
-        if declared is not None and declared > self._max_body:
-            raise _TooLarge
-        chunks, size = [], 0
+    async def _read_body(self, scope: Scope, receive: Receive, encoding: str) -> bytes | None:
+        """The whole body decoded, or None when the client went away; BodyTooLarge past MAX_BODY_BYTES."""
+        if encoding == IDENTITY:
+            declared = declared_length(scope["headers"])
+            if declared is not None and declared > self._max_body:
+                raise BodyTooLarge
+        decoder = BodyDecoder(encoding, self._max_body)
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self._max_body:
-                raise _TooLarge
-            chunks.append(chunk)
+            decoder.feed(message.get("body", b""))
             if not message.get("more_body", False):
-                return b"".join(chunks)
+                return decoder.body()
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -127,10 +145,11 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 class RequestId:
-    """Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one.
+    """Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one; the
+    System One routes' also carry it as x-typesafe-request-id.
 
-    The id is put in scope["state"] (request.state.request_id) so the Triton calls can carry it, and in the logs'
-    ContextVar so every log line written while the request is handled carries it.
+    The id is put in scope["state"] (request.state.request_id) so the Triton calls can carry it, and in the
+    request's ContextVar (shim/context.py) so every log line written while the request is handled carries it.
     """
 
     def __init__(self, app: ASGIApp):
@@ -143,11 +162,15 @@ class RequestId:
         given = next((value for name, value in scope["headers"] if name == REQUEST_ID_HEADER), b"")
         request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex.encode()
         scope.setdefault("state", {})["request_id"] = request_id.decode("ascii")
-        logs.request_id.set(scope["state"]["request_id"])
+        context.request_id.set(scope["state"]["request_id"])
+
+        id_headers = [(REQUEST_ID_HEADER, request_id)]
+        if scope["path"].startswith(SYSTEMONE_PREFIX):
+            id_headers.append((SYSTEMONE_REQUEST_ID_HEADER, request_id))
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID_HEADER, request_id)]}
+                message = {**message, "headers": [*message.get("headers", []), *id_headers]}
             await send(message)
 
         await self.app(scope, receive, send_with_id)

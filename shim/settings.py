@@ -1,6 +1,7 @@
 """Shim configuration, read once from the environment; a bad value is a ValueError naming the variable (INV-6)."""
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from dataclasses import dataclass
@@ -11,6 +12,9 @@ _DIGITS = re.compile(r"[0-9]+")
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+")
 MIN_TOKEN_LENGTH = 32
+# The date the contract pinned the model's revision: /v1/models' release_date unless MODEL_RELEASE_DATE says otherwise.
+DEFAULT_RELEASE_DATE = "2026-09-30"
+_MODEL_NAME = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,10 @@ class ShimSettings:
     triton_api_key: str
     probe_seconds: float
     body_timeout_seconds: float = 5.0
+    # The System One surface (shim/systemone/).
+    extra_model_names: tuple[str, ...] = ()
+    model_release_date: str = DEFAULT_RELEASE_DATE
+    max_batch_items: int = 32
 
     def __repr__(self) -> str:  # never print the token or the key
         return f"ShimSettings(model_name={self.model_name!r}, triton_url={self.triton_url!r}, ...)"
@@ -59,6 +67,9 @@ class ShimSettings:
             body_timeout_seconds=_seconds(env, "BODY_TIMEOUT_SECONDS", 5.0),
             triton_api_key=triton_api_key,
             probe_seconds=_seconds(env, "PROBE_SECONDS", 5.0),
+            extra_model_names=_model_names(env, "EXTRA_MODEL_NAMES"),
+            model_release_date=_date(env, "MODEL_RELEASE_DATE", DEFAULT_RELEASE_DATE),
+            max_batch_items=_integer(env, "MAX_BATCH_ITEMS", 32),
         )
 
 
@@ -93,3 +104,29 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{PREFIX}{name} must be a finite number of seconds > 0, got {raw!r}")
     return value
+
+
+def _model_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Comma-separated names, each visible ASCII without a comma (1..128 characters), none twice."""
+    raw = env.get(PREFIX + name, "")
+    if raw.strip() == "":
+        return ()
+    names = [part.strip() for part in raw.split(",")]
+    for part in names:
+        if not _MODEL_NAME.fullmatch(part):
+            raise ValueError(f"{PREFIX}{name} must be comma-separated model names of 1..128 visible ASCII "
+                             f"characters, got {part!r} in {raw!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{PREFIX}{name} names a model twice: {raw!r}")
+    return tuple(names)
+
+
+def _date(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = env.get(PREFIX + name, "") or default
+    try:
+        parsed = datetime.date.fromisoformat(raw)
+    except ValueError:
+        parsed = None
+    if parsed is None or not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", raw):
+        raise ValueError(f"{PREFIX}{name} must be a date YYYY-MM-DD, got {raw!r}")
+    return raw

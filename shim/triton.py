@@ -16,14 +16,14 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.http import InferenceServerClient, InferInput
 from wire import ping, strict_json
+from wire.answer import AnswerUnreadable, CallAnswer
 from wire.facts import INFO_METRIC, ModelFacts
 from wire.protocol import REQUEST, RESPONSE
 
-from .combining import IncompleteAnswer
-from .errors import from_triton, model_unavailable, unreachable
+from .errors import IncompleteAnswer, from_triton, model_unavailable, unreachable
 from .http1 import Http1Connection
+from .model import Probe
 from .settings import ShimSettings
-from .watch import Probe
 
 TRANSPORT_ERRORS = (OSError, TimeoutError, httptools.HttpParserError)
 JSON_HEADERS = {"Accept": "application/json"}
@@ -68,9 +68,9 @@ class TritonModel:
         for connection in (self._inference, self._health, self._control, self._metrics):
             await connection.close()
 
-    async def predict_calls(self, requests: list[dict], request_id: str) -> list[dict]:
-        """predict()'s answers to the calls, in order, from one inference request; the whole request fails with
-        the first call that fails."""
+    async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
+        """predict()'s answers to the calls, in order, from one inference request, each read once into a
+        CallAnswer; the whole request fails with the first call that fails."""
         tensor = InferInput(REQUEST, [len(requests)], "BYTES")
         tensor.set_data_from_numpy(np.array([strict_json.dumps(request) for request in requests], dtype=np.object_))
         body, json_size = InferenceServerClient.generate_request_body([tensor], request_id=request_id)
@@ -87,12 +87,12 @@ class TritonModel:
             header_length = response.headers.get("inference-header-content-length")
             result = InferenceServerClient.parse_response_body(
                 response.body, header_length=None if header_length is None else int(header_length))
-            answers = [json.loads(answer) for answer in result.as_numpy(RESPONSE).reshape(-1)]
+            raws = result.as_numpy(RESPONSE).reshape(-1)
         except Exception as exc:  # tritonclient raises several kinds for an unreadable body
             raise IncompleteAnswer(f"the model's answer cannot be read: {type(exc).__name__}: {exc}") from None
-        if len(answers) != len(requests):
-            raise IncompleteAnswer(f"the model answered {len(answers)} calls of {len(requests)}")
-        return answers
+        if len(raws) != len(requests):
+            raise IncompleteAnswer(f"the model answered {len(raws)} calls of {len(requests)}")
+        return [read_answer(raw, call) for call, raw in enumerate(raws)]
 
     async def ready(self) -> str | None:
         """None when Triton and the model are ready, else why not."""
@@ -151,6 +151,13 @@ class TritonModel:
         if facts is None:
             raise model_unavailable(f"the model has not published {INFO_METRIC} yet")
         return facts
+
+
+def read_answer(raw: bytes, call: int) -> CallAnswer:
+    try:
+        return CallAnswer.read(json.loads(raw))
+    except (ValueError, AnswerUnreadable) as exc:  # AnswerUnreadable names what is missing
+        raise IncompleteAnswer(f"the model's answer to call {call} cannot be read: {exc}") from None
 
 
 def _triton_error(body: bytes) -> str:

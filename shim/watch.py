@@ -19,10 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
-from .errors import UNAVAILABLE, ApiError
+from wire.answer import CallAnswer
+from wire.facts import ModelFacts
+
+from .errors import Failure, ModelFailure
+from .model import Model, Probe
 
 log = logging.getLogger("intern_decision.shim.watch")
 
@@ -31,23 +34,11 @@ RETRY_SECONDS = 1.0
 STABLE_SECONDS = 60.0
 
 
-class ModelDown(ApiError):
-    """model_unavailable, answered by the watch while the model is down: the request never reached Triton."""
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One ping's outcome; reloadable when Triton answered, so the model's process (not Triton) is what fails."""
-
-    ok: bool
-    reason: str = ""
-    reloadable: bool = False
-
-
 class ModelWatch:
-    """Wraps the model for DecisionService (predict_calls) and keeps `down`: None, or why the model is down."""
+    """Wraps the model (a Model itself, for the service and the health check) and keeps `down`: None, or why the
+    model is down. While it is down, inferences are refused at once (Failure.DOWN) and readiness says why."""
 
-    def __init__(self, model: Any, lock: asyncio.Lock, probe_seconds: float, *,
+    def __init__(self, model: Model, lock: asyncio.Lock, probe_seconds: float, *,
                  retry_seconds: float = RETRY_SECONDS, reload_delays: tuple[float, ...] = RELOAD_DELAYS,
                  stable_seconds: float = STABLE_SECONDS, clock: Callable[[], float] = time.monotonic):
         self._model = model
@@ -63,16 +54,34 @@ class ModelWatch:
         self._last_reload: float | None = None
         self.down: str | None = None
 
-    async def predict_calls(self, requests: list[dict], request_id: str) -> list[dict]:
+    async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
         if self.down is not None:
-            raise ModelDown(UNAVAILABLE[0], UNAVAILABLE[1], self.down)
+            raise ModelFailure(Failure.DOWN, self.down)
         try:
             return await self._model.predict_calls(requests, request_id)
-        except ApiError as exc:
-            if exc.code == UNAVAILABLE[1]:
+        except ModelFailure as exc:
+            if exc.failure.marks_down:
                 self._mark_down(f"an inference failed ({exc.message}); checking the model")
                 self._wake.set()
             raise
+
+    async def ready(self) -> str | None:
+        return self.down or await self._model.ready()
+
+    async def facts(self) -> ModelFacts:
+        return await self._model.facts()
+
+    async def ping(self) -> Probe:
+        return await self._model.ping()
+
+    async def reload(self) -> str | None:
+        return await self._model.reload()
+
+    async def open(self) -> None:
+        await self._model.open()
+
+    async def close(self) -> None:
+        await self._model.close()
 
     async def run(self) -> None:
         """Runs until cancelled; a failure of its own is logged and the watch goes on."""

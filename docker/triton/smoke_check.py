@@ -7,11 +7,13 @@ current directory), so what imports here imports in the stub. No GPU is needed; 
   pins differ (torch 2.10.0+cu128, transformers 5.17.0, flash-linear-attention 0.5.2, causal-conv1d 1.7.0);
 * torch was not built for CUDA 12.8 or lacks sm_80 / sm_90 code;
 * transformers' Qwen3.5 kernels would not resolve to flash-linear-attention and causal-conv1d (transformers then
-  falls back, silently apart from one warning, to reference PyTorch code more than ten times slower);
+  falls back, silently apart from one warning, to reference PyTorch code more than ten times slower), as the model
+  side's own probe reads it (intern_decision_model.kernels: the same value the service reports as
+  linear_attention);
 * the compiled causal_conv1d_cuda extension does not load against this torch;
 * OpenAI Triton, which flash-linear-attention's kernels run on, could not compile its launcher at run time
   (it needs a C compiler and Python.h; without them fla degrades to its CPU path);
-* the shared wire package is not importable from site-packages.
+* the shared wire package or the model side's package is not importable from site-packages.
 
 It prints the versions it found.
 """
@@ -36,13 +38,6 @@ PRODUCTION = {
 VENV_TOOLS = {"pip"}
 CUDA = "12.8"
 ARCHES = ("sm_80", "sm_90")
-# The functions transformers' Qwen3.5 modeling resolves to, per its hub_kernels mapping (transformers 5.17.0).
-KERNELS = {
-    "causal_conv1d": ("causal_conv1d_fn", "causal_conv1d_update"),
-    "fla.ops.gated_delta_rule": ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"),
-}
-
-
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -88,26 +83,32 @@ def check_torch() -> list[str]:
 
 
 def check_kernels() -> list[str]:
-    problems = []
-    for module_name, functions in KERNELS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:  # noqa: BLE001 - any failure here means transformers falls back
-            problems.append(f"import {module_name} failed: {type(exc).__name__}: {exc}")
-            continue
-        for function in functions:
-            if not callable(getattr(module, function, None)):
-                problems.append(f"{module_name}.{function} is missing")
+    """The linear-attention path transformers bound, by the model side's probe, and the compiled extension."""
+    try:
+        from intern_decision_model import kernels
+    except Exception as exc:  # noqa: BLE001
+        return [f"import intern_decision_model failed: {type(exc).__name__}: {exc}"]
+    return kernel_problems(kernels.report(), causal_conv1d_extension_error())
+
+
+def causal_conv1d_extension_error() -> str | None:
     try:
         import causal_conv1d_cuda  # noqa: F401 - the compiled extension, linked against this torch
     except Exception as exc:  # noqa: BLE001
-        problems.append(f"the causal_conv1d_cuda extension does not load: {type(exc).__name__}: {exc}")
-    import causal_conv1d
-    import fla
-    import transformers
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
-    print(f"transformers {transformers.__version__}, fla {fla.__version__}, "
-          f"causal_conv1d {causal_conv1d.__version__} ({Path(causal_conv1d.__file__).parent})")
+
+def kernel_problems(probe: dict, extension_error: str | None) -> list[str]:
+    """probe: intern_decision_model.kernels.report()."""
+    packages = ", ".join(f"{name} {version or 'does not import'}" for name, version in probe["packages"].items())
+    print(f"linear attention: {probe['linear_attention']} ({packages})")
+    problems = [f"{name} resolves to the {entry['path']} path ({entry['bound'] or 'unknown module'})"
+                for name, entry in probe["functions"].items() if entry["path"] != "fast"]
+    if probe["linear_attention"] != "fast":
+        problems.append(f"the linear-attention path is {probe['linear_attention']}, not fast")
+    if extension_error:
+        problems.append(f"the causal_conv1d_cuda extension does not load: {extension_error}")
     return problems
 
 
@@ -122,16 +123,16 @@ def check_triton_compiler() -> list[str]:
     return problems
 
 
-def check_wire() -> list[str]:
+def check_in_site_packages(name: str) -> list[str]:
     try:
-        wire = importlib.import_module("wire")
+        package = importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001
-        return [f"import wire failed: {type(exc).__name__}: {exc}"]
-    where = Path(wire.__file__).resolve()
-    print(f"wire from {where.parent}")
+        return [f"import {name} failed: {type(exc).__name__}: {exc}"]
+    where = Path(package.__file__).resolve()
+    print(f"{name} from {where.parent}")
     site = Path(sysconfig.get_paths()["purelib"]).resolve()
     if site not in where.parents:
-        return [f"wire was imported from {where.parent}, not from {site}"]
+        return [f"{name} was imported from {where.parent}, not from {site}"]
     return []
 
 
@@ -147,7 +148,7 @@ def main(argv: list[str]) -> int:
     problems += check_torch()
     problems += check_kernels()
     problems += check_triton_compiler()
-    problems += check_wire()
+    problems += check_in_site_packages("wire") + check_in_site_packages("intern_decision_model")
     if problems:
         print("smoke check FAILED:", *problems, sep="\n  ", file=sys.stderr)
         return 1

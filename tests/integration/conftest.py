@@ -1,6 +1,8 @@
 """Real servers for the integration tests: the fixture checkpoint, a tritonserver on CPU on free ports."""
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
 import time
 
@@ -71,3 +73,16 @@ def past_a_full_queue(shim: ShimServer, slow_body: dict, next_body: dict) -> tup
     for thread in threads:
         thread.join()
     return statuses, refused
+
+
+@pytest.fixture(scope="module")
+def in_process(fixture_pins):
+    """The fixture's own DecisionEngine, loaded in this process with the settings the server uses."""
+    spec = importlib.util.spec_from_file_location("fixture_inference_in_process",
+                                                  fixture_pins.checkpoint / "inference.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    engine = module.DecisionEngine(checkpoint=str(fixture_pins.checkpoint), max_length=TEST_MAX_TOKENS,
+                                   device="cpu", dtype="float32")
+    return module, engine

@@ -3,6 +3,7 @@ tritonserver and shim, and the report it writes."""
 import json
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_it_exits_zero_with_a_passing_report(rehearsal):
 
 def test_every_step_has_a_status(rehearsal):
     _, _, _, steps = rehearsal
-    assert list(steps) == [name for name, _, _, _ in STEPS]
+    assert list(steps) == [spec.name for spec in STEPS]
     for step in steps.values():
         assert step["status"] in STATUSES
         assert step["detail"], step["name"]
@@ -75,11 +76,29 @@ def test_shapes_are_measured_on_both_sides_with_the_same_prompts(rehearsal):
         assert row["inprocess_p50_ms"] > 0 and row["service_p50_ms"] > 0 and row["added_p50_ms"] is not None
 
 
-def test_the_cpu_config_served_and_the_files_are_in_the_report_folder(rehearsal):
-    _, out, _, steps = rehearsal
+def test_the_cpu_config_served_and_the_files_come_back_as_one_archive(rehearsal):
+    _, out, report, steps = rehearsal
     assert steps["server"]["data"]["config"] == "cpu"
     assert steps["server"]["data"]["health"]["status"] == "ok"
+    assert sorted(path.name for path in out.iterdir()) == ["gpucheck-files.tar.gz", "report.json", "report.md"]
+    with tarfile.open(out / "gpucheck-files.tar.gz") as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames()}
+        kept = json.loads(archive.extractfile("gpucheck-files/report.json").read())
     for name in ("report.md", "report.json", "environment.json", "inprocess.json", "tritonserver-cpu.log",
                  "shim.log", "ldd.txt"):
-        assert (out / name).is_file(), name
+        assert name in names, name
+    assert kept["result"] == report["result"] and report["facts"]["archive"]["files"] == len(names) - 2
     assert "## Latency (ms)" in (out / "report.md").read_text()
+
+
+def test_every_step_ran_inside_its_budget_and_the_kernel_paths_are_reported(rehearsal):
+    _, out, report, steps = rehearsal
+    for step in steps.values():
+        if step["seconds"] is not None:
+            assert step["seconds"] <= step["data"]["budget_seconds"] + 1, step["name"]
+    facts = report["facts"]
+    assert facts["linear_attention_inprocess"] == facts["linear_attention_served"] == "reference"
+    assert facts["slow_kernels_allowed"] is False  # the CPU is never refused the reference path
+    assert steps["server"]["data"]["health"]["model"]["linear_attention"] == "reference"
+    assert "Linear attention: served on the reference path; in-process figures on the reference path." \
+        in (out / "report.md").read_text()

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
 import time
 import urllib.request
 
@@ -65,19 +63,6 @@ def infer_calls_error(server: TritonServer, payloads: list, request_id: str = ""
     with pytest.raises(InferenceServerException) as caught:
         infer_calls(server, payloads, request_id)
     return caught.value
-
-
-@pytest.fixture(scope="module")
-def in_process(fixture_pins):
-    """The fixture's own DecisionEngine, loaded in this process with the settings the server uses."""
-    spec = importlib.util.spec_from_file_location("fixture_inference_in_process",
-                                                  fixture_pins.checkpoint / "inference.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    engine = module.DecisionEngine(checkpoint=str(fixture_pins.checkpoint), max_length=TEST_MAX_TOKENS,
-                                   device="cpu", dtype="float32")
-    return module, engine
 
 
 @pytest.mark.parametrize("name", sorted(REQUESTS))

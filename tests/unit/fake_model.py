@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import math
 
-from shim.errors import ApiError
-from shim.watch import Probe
+from shim.model import Probe
+from shim.triton import read_answer
+from wire import strict_json
+from wire.answer import CallAnswer
 from wire.facts import ModelFacts
 
 FACTS = {"name": "Fake-Decision", "repo": "internlm/Intern-Decision-4B", "revision": "f" * 40,
@@ -33,7 +35,7 @@ class FakeModel:
         self.position_bias = position_bias or [0.0] * 16
         self.calls: list[dict] = []
         self.request_ids: list[str] = []
-        self.fail_with: ApiError | None = None
+        self.fail_with: Exception | None = None
         self.fail_on_call: int | None = None
         self.drop_option: str | None = None
         self.gate: asyncio.Event | None = None  # when set, predict waits for it
@@ -49,15 +51,30 @@ class FakeModel:
     def answer_for(self, request: dict) -> dict:
         answers = {}
         for field, question in request["questions"].items():
-            values = list(question["criteria"])
+            kind = question.get("type", "choice")
+            criteria = question.get("criteria")
+            if kind == "score":
+                options = [(str(level), description) for level, description in enumerate(criteria)]
+            elif kind == "noul":
+                options = [("no", ""), ("yes", "")]
+            else:
+                options = list(criteria.items())
+            values = [value for value, _ in options]
             probabilities = softmax([self.base.get(value, 0.0) + self.position_bias[position]
                                      for position, value in enumerate(values)])
             scored = dict(zip(values, probabilities))
             if self.drop_option in scored:
                 del scored[self.drop_option]
             best = min(scored, key=lambda value: (-scored[value], value))
-            answers[field] = {"type": "choice", "probabilities": scored, "confidence": scored[best],
-                              "choice": best, "source": "local", "decision": best}
+            answer = {"type": kind, "probabilities": scored, "confidence": scored[best]}
+            if kind == "score":
+                answer["score"] = math.fsum(float(value) * p for value, p in scored.items())
+                answer["legend"] = dict(options)
+            elif kind == "noul":
+                answer["noul"] = scored["yes"]
+            else:
+                answer["choice"] = best
+            answers[field] = {**answer, "source": "local", "decision": best}
         return {"answers": answers,
                 "usage": {"input_tokens": 100 + 10 * len(answers), "output_tokens": len(answers),
                           "decision_count": len(answers)},
@@ -67,7 +84,7 @@ class FakeModel:
                 "model_facts": {key: FACTS[key] for key in
                                 ("name", "repo", "revision", "inference_sha256", "dtype", "device")}}
 
-    async def predict_calls(self, requests: list[dict], request_id: str) -> list[dict]:
+    async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
         """Like Triton with the model: the calls run in order and the first failure ends the request."""
         self.active += 1
         self.max_active = max(self.max_active, self.active)
@@ -82,7 +99,7 @@ class FakeModel:
                     await asyncio.sleep(0)
                 if self.fail_with is not None and self.fail_on_call in (None, len(self.calls) - 1):
                     raise self.fail_with
-                answers.append(self.answer_for(request))
+                answers.append(read_answer(strict_json.dumps(self.answer_for(request)), len(answers)))
             return answers
         finally:
             self.active -= 1

@@ -36,3 +36,68 @@ def test_a_package_that_fails_to_import_counts_as_missing(monkeypatch):
 
     monkeypatch.setattr(importlib, "import_module", broken)
     assert package_version("fla") == ""
+
+
+def test_the_report_without_a_model_reads_what_transformers_bound():
+    from intern_decision_model import kernels
+
+    probe = kernels.report()
+    assert probe["packages"] == {"fla": "", "causal_conv1d": ""}
+    assert set(probe["functions"]) == set(kernels.KERNEL_FUNCTIONS)
+    for entry in probe["functions"].values():
+        assert entry["path"] == "reference" and entry["bound"].startswith("transformers.")
+    assert probe["linear_attention"] == kernels.qwen3_5_path() == "reference"
+
+
+def test_paths_combine_to_one_word():
+    from intern_decision_model.kernels import combine
+
+    assert combine(["fast", "fast"]) == "fast"
+    assert combine(["fast", "reference"]) == "mixed"
+    assert combine(["fast", "unknown"]) == "unknown"
+    assert combine([]) == "unknown"
+
+
+def test_a_bound_kernel_is_found_through_wrappers(monkeypatch):
+    import functools
+
+    from intern_decision_model.kernels import bound_module, implementation_of
+
+    def fast_kernel():
+        return "fast"
+
+    def reference():
+        return "reference"
+
+    def choose(implementation, is_new_implementation):
+        @functools.wraps(reference)
+        def wrapped():
+            return implementation() if is_new_implementation else reference()
+        return wrapped
+
+    outer = functools.wraps(reference)(lambda: choose(fast_kernel, True)())
+    inner = choose(fast_kernel, True)
+    outer.__wrapped__ = inner
+    assert implementation_of(inner) == "fast" and implementation_of(outer) == "fast"
+    assert bound_module(inner) == __name__
+    assert implementation_of(choose(reference, False)) == "reference"
+
+
+def test_the_model_the_gpu_check_and_the_image_smoke_check_share_the_probe():
+    from intern_decision_model import kernels
+    from gpucheck import inprocess
+
+    from tests.unit.deploy_files import REPO, load_script
+
+    assert inprocess.kernels is kernels
+    smoke = load_script("docker/triton/smoke_check.py")
+    fast = {"packages": {"fla": "0.5.2", "causal_conv1d": "1.7.0"}, "linear_attention": "fast",
+            "functions": {name: {"path": "fast", "bound": "x"} for name in kernels.KERNEL_FUNCTIONS}}
+    assert smoke.kernel_problems(fast, None) == []
+    mixed = {**fast, "linear_attention": "mixed",
+             "functions": {**fast["functions"], "causal_conv1d_fn": {"path": "reference", "bound": "transformers.m"}}}
+    problems = smoke.kernel_problems(mixed, "ImportError: no causal_conv1d_cuda")
+    assert problems == ["causal_conv1d_fn resolves to the reference path (transformers.m)",
+                        "the linear-attention path is mixed, not fast",
+                        "the causal_conv1d_cuda extension does not load: ImportError: no causal_conv1d_cuda"]
+    assert "intern_decision_model import kernels" in (REPO / "docker/triton/smoke_check.py").read_text()

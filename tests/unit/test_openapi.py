@@ -17,9 +17,13 @@ from .fake_model import FakeModel
 
 DOC = json.loads(OPENAPI_PATH.read_bytes())
 # What the code can answer on a POST route: its refusals before the app, the app's own, the model's kinds.
-POST_ERRORS = {errors.UNAUTHORIZED, errors.BUSY, errors.REQUEST_TIMEOUT, errors.TOO_LARGE, errors.INVALID,
-               errors.SCORING_FAILED, errors.UNAVAILABLE, errors.HEADERS_TOO_LARGE} | {(k.status, k.code) for k in Kind}
-GET_STATUSES = {"/health": {200, 503, errors.HEADERS_TOO_LARGE[0]}, "/openapi.json": {200, errors.HEADERS_TOO_LARGE[0]}}
+POST_ERRORS = {errors.UNAUTHORIZED, errors.UNSUPPORTED_MEDIA_TYPE, errors.BUSY, errors.REQUEST_TIMEOUT,
+               errors.TOO_LARGE, errors.INVALID, errors.SCORING_FAILED, errors.UNAVAILABLE,
+               errors.HEADERS_TOO_LARGE} | {(k.status, k.code) for k in Kind}
+GET_STATUSES = {"/health": {200, 503, errors.HEADERS_TOO_LARGE[0]}, "/openapi.json": {200, errors.HEADERS_TOO_LARGE[0]},
+                "/v1/models": {200, errors.UNAUTHORIZED.status, errors.UNAVAILABLE.status,
+                               errors.HEADERS_TOO_LARGE.status}}
+OPEN_GETS = {"/health", "/openapi.json"}
 
 
 def validator(schema: dict):
@@ -53,7 +57,7 @@ def test_posts_document_every_status_and_code_the_code_can_answer():
             assert operation["security"] == [{"bearerAuth": []}]
         else:
             assert {int(status) for status in responses} == GET_STATUSES[path]
-            assert operation["security"] == []
+            assert operation["security"] == ([] if path in OPEN_GETS else [{"bearerAuth": []}])
 
 
 def test_the_envelopes_codes_are_every_code_the_app_answers():
@@ -65,9 +69,17 @@ def test_every_response_documents_the_request_id_and_the_refusals_their_headers(
     for path, method, operation in operations():
         for status, response in operation["responses"].items():
             assert response["headers"]["X-Request-Id"] == {"$ref": "#/components/headers/X-Request-Id"}, (path, status)
-        if method == "POST":
+            if path.startswith("/v1/"):
+                assert response["headers"]["x-typesafe-request-id"] == {
+                    "$ref": "#/components/headers/x-typesafe-request-id"}, (path, status)
+        if method == "POST" or path not in OPEN_GETS:
             assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]
+        if method == "POST":
             assert "Retry-After" in operation["responses"]["429"]["headers"]
+        if method == "POST" and path.startswith("/v1/"):
+            assert "Retry-After" in operation["responses"]["503"]["headers"]
+            assert operation["responses"]["422"]["content"]["application/json"]["schema"]["allOf"] == [
+                {"$ref": "#/components/schemas/ErrorWithDetail"}]
     assert DOC["components"]["headers"]["Retry-After"]["schema"]["const"] == errors.RETRY_AFTER_SECONDS
 
 
@@ -99,3 +111,19 @@ def test_the_examples_are_real_checks():
     assert not validator(unauthorized).is_valid({"detail": "unauthorized"})
     health = DOC["paths"]["/health"]["get"]["responses"]["200"]["content"]["application/json"]
     assert not validator(health["schema"]).is_valid({**health["example"], "model": {"name": "x"}})
+
+
+def test_the_system_one_examples_are_real_checks():
+    operation = DOC["paths"]["/v1/systemone"]["post"]
+    request_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    request = operation["requestBody"]["content"]["application/json"]["example"]
+    team = request["questions"]["team"]
+    assert not validator(request_schema).is_valid({**request, "questions": {"spot": {"type": "box"}}})
+    assert not validator(request_schema).is_valid({**request, "questions": {"team": {**team, "criteria": {}}}})
+    assert not validator(request_schema).is_valid({**request, "assets": {"a": {"type": "image"}}})
+    assert not validator(request_schema).is_valid({**request, "config": {"temperature": 1}})
+    assert not validator(request_schema).is_valid({**request, "model": "jev"})
+    answer = DOC["components"]["schemas"]["SystemOneAnswer"]
+    assert not validator(answer).is_valid({"type": "noul", "noul": 0.5, "confidence": 0.5, "native": {}})
+    invalid = operation["responses"]["422"]["content"]["application/json"]
+    assert not validator(invalid["schema"]).is_valid({"error": invalid["example"]["error"]})

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from shim.app import create_app
-from shim.errors import ApiError
+from shim.errors import Failure, ModelFailure
 from shim.planning import CHUNKING
 from shim.settings import ShimSettings
 
@@ -101,7 +101,7 @@ async def test_health_is_503_in_the_envelope_when_the_model_is_not_ready(client,
 
 
 async def test_health_facts_are_cached_and_re_read_after_their_ttl():
-    from shim.app import FACTS_TTL_SECONDS, FactsCache
+    from shim.health import FACTS_TTL_SECONDS, FactsCache
 
     model, now = FakeModel(), [100.0]
     reads = []
@@ -229,7 +229,7 @@ async def test_an_answer_that_cannot_be_read_is_500_scoring_failed(client, model
     response = await client.post("/decide", json=decide_body(), headers=AUTH)
     assert response.status_code == 500
     assert response.json()["error"] == {"code": "scoring_failed",
-                                        "message": "the model's answer cannot be read: KeyError: 'timing'"}
+                                        "message": "the model's answer to call 0 cannot be read: the answer lacks 'timing'"}
 
 
 # --- Orderings --------------------------------------------------------------------------------------------------
@@ -404,7 +404,7 @@ async def test_malformed_or_non_finite_json_is_422(client, model, raw, message):
 
 
 async def test_a_model_value_error_is_422_with_the_models_message(client, model):
-    model.fail_with = ApiError(422, "invalid_request", "Example has 9000 tokens, above 8192; truncation is forbidden")
+    model.fail_with = ModelFailure(Failure.INVALID, "Example has 9000 tokens, above 8192; truncation is forbidden")
     response = await client.post("/decide", json=decide_body(), headers=AUTH)
     assert response.status_code == 422
     assert response.json() == {"error": {"code": "invalid_request",
@@ -414,9 +414,9 @@ async def test_a_model_value_error_is_422_with_the_models_message(client, model)
 # --- Engine failures and Triton -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("error, status", [
-    (ApiError(503, "out_of_memory", "OutOfMemoryError: CUDA out of memory"), 503),
-    (ApiError(500, "scoring_failed", "RuntimeError: boom"), 500),
-    (ApiError(502, "model_unavailable", "Triton did not answer: ClientConnectorError"), 502),
+    (ModelFailure(Failure.OUT_OF_MEMORY, "OutOfMemoryError: CUDA out of memory"), 503),
+    (ModelFailure(Failure.FAILED, "RuntimeError: boom"), 500),
+    (ModelFailure(Failure.TRANSPORT, "Triton did not answer: ClientConnectorError"), 502),
 ])
 async def test_engine_failures_keep_their_status_and_code(client, model, error, status):
     model.fail_with = error
@@ -426,7 +426,7 @@ async def test_engine_failures_keep_their_status_and_code(client, model, error, 
 
 
 async def test_one_failing_call_fails_the_whole_request(client, model):
-    model.fail_with = ApiError(503, "out_of_memory", "CUDA out of memory")
+    model.fail_with = ModelFailure(Failure.OUT_OF_MEMORY, "CUDA out of memory")
     model.fail_on_call = 1
     response = await client.post("/decide/shared", json=shared_body(40), headers=AUTH)
     assert response.status_code == 503 and response.json()["error"]["code"] == "out_of_memory"

@@ -3,9 +3,11 @@ import math
 
 import pytest
 
-from shim.combining import LOG_FLOOR, IncompleteAnswer, averaged_result, ordering_result
+from shim.combining import LOG_FLOOR, averaged_result, ordering_result
+from shim.errors import IncompleteAnswer
 from shim.planning import plan
 from shim.validation import Decision, Option
+from wire.answer import CallAnswer
 
 DECISION = Decision("d", "which?", (Option("x", "X"), Option("y", "Y"), Option("z", "Z")), "rotations")
 
@@ -48,11 +50,12 @@ def test_zero_probability_is_floored_before_the_log():
 def test_an_answer_missing_an_option_id_is_never_guessed():
     decision = Decision("d", "which?", (Option("x", "X"), Option("y", "Y")))
     call = plan([decision], 64)[0]
-    answer = {"answers": {"q": {"probabilities": {"x": 1.0}, "choice": "x", "confidence": 1.0}},
-              "usage": {"input_tokens": 5}, "calibration": {}, "prompt_sha256": "", "prompt_version": "",
+    native = {"type": "choice", "probabilities": {"x": 1.0}, "choice": "x", "confidence": 1.0}
+    answer = {"answers": {"q": native}, "usage": {"input_tokens": 5, "output_tokens": 1},
+              "timing": {"inference_ms": 1.0}, "calibration": {}, "prompt_sha256": "", "prompt_version": "",
               "model_facts": {}}
     with pytest.raises(IncompleteAnswer, match=r"lacks option ids \['y'\]"):
-        ordering_result(decision, "d", call.slots[0], call, answer)
+        ordering_result(decision, "d", call.slots[0], call, CallAnswer.read(answer))
     del answer["answers"]["q"]
     with pytest.raises(IncompleteAnswer, match="lacks 'q'"):
-        ordering_result(decision, "d", call.slots[0], call, answer)
+        ordering_result(decision, "d", call.slots[0], call, CallAnswer.read(answer))

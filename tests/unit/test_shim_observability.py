@@ -15,11 +15,10 @@ import pytest
 from prometheus_client import generate_latest
 
 import shim.__main__ as shim_main
-from shim import app as shim_app
+from shim import health as shim_health
 from shim import logs
 from shim.app import create_app
-from shim.combining import IncompleteAnswer
-from shim.errors import ApiError, unreachable
+from shim.errors import Failure, IncompleteAnswer, ModelFailure, unreachable
 from shim.metrics import TRITON_ERROR_KINDS, ShimMetrics, listen_address, route_of
 
 from .fake_model import FakeModel
@@ -123,10 +122,10 @@ async def test_queued_counts_requests_waiting_for_the_lock_and_429_counts_as_bus
 
 
 @pytest.mark.parametrize("error, kind, status", [
-    (ApiError(422, "invalid_request", "too many tokens"), "invalid_request", 422),
-    (ApiError(503, "out_of_memory", "CUDA out of memory"), "out_of_memory", 503),
-    (ApiError(500, "scoring_failed", "RuntimeError"), "scoring_failed", 500),
-    (ApiError(502, "model_unavailable", "Triton answered 500: stub not healthy"), "model_unavailable", 502),
+    (ModelFailure(Failure.INVALID, "too many tokens"), "invalid_request", 422),
+    (ModelFailure(Failure.OUT_OF_MEMORY, "CUDA out of memory"), "out_of_memory", 503),
+    (ModelFailure(Failure.FAILED, "RuntimeError"), "scoring_failed", 500),
+    (ModelFailure(Failure.TRITON, "Triton answered 500: stub not healthy"), "model_unavailable", 502),
     (unreachable("Triton did not answer: ConnectionRefusedError"), "transport", 502),
     (IncompleteAnswer("the model's answer cannot be read"), "unreadable_answer", 500),
 ])
@@ -147,7 +146,7 @@ async def test_health_sets_model_up(client, model, metrics):
 
 
 async def test_model_up_is_refreshed_in_the_background_without_health_calls(model, metrics, monkeypatch):
-    monkeypatch.setattr(shim_app, "MODEL_CHECK_SECONDS", 0.01)
+    monkeypatch.setattr(shim_health, "MODEL_CHECK_SECONDS", 0.01)
     app = create_app(make_settings(), model, metrics)
     async with app.router.lifespan_context(app):
         await asyncio.sleep(0.05)
@@ -168,7 +167,7 @@ def test_route_is_the_template_never_the_raw_path():
 
 async def test_promtool_accepts_the_shims_metrics_page(client, model, metrics):
     await client.post("/decide", json=decide_body(), headers=AUTH)
-    model.fail_with = ApiError(503, "out_of_memory", "oom")
+    model.fail_with = ModelFailure(Failure.OUT_OF_MEMORY, "oom")
     await client.post("/decide", json=decide_body(), headers=AUTH)
     await client.get("/health")
     page = generate_latest(metrics.registry)
@@ -230,7 +229,7 @@ async def test_one_json_access_line_per_request_with_the_request_id(client, log_
 
 
 async def test_lines_written_inside_a_request_carry_its_id_and_no_request_text(client, model, log_lines):
-    model.fail_with = ApiError(502, "model_unavailable", "Triton answered 500: stub not healthy")
+    model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: stub not healthy")
     body = decide_body(state="secret state text", question="secret question text")
     await client.post("/decide", json=body, headers={**AUTH, "X-Request-Id": "req-502"})
     lines = log_lines()

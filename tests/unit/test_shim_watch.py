@@ -10,9 +10,10 @@ import httpx
 import pytest
 
 from shim.app import create_app
-from shim.errors import ApiError
+from shim.errors import ApiError, Failure, ModelFailure
 from shim.metrics import ShimMetrics
-from shim.watch import ModelWatch, Probe
+from shim.model import Probe
+from shim.watch import ModelWatch
 
 from .fake_model import FakeModel
 from .test_shim_app import AUTH, decide_body, make_settings
@@ -45,7 +46,7 @@ async def test_the_first_step_pings_at_once_and_an_answer_keeps_the_model_up():
 async def test_tritons_own_failure_marks_the_model_down_at_once_and_later_requests_never_reach_it():
     model = FakeModel()
     watch = watch_over(model)
-    model.fail_with = ApiError(502, "model_unavailable", "Triton answered 500: Stub process 'x' is not healthy.")
+    model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: Stub process 'x' is not healthy.")
     with pytest.raises(ApiError):
         await watch.predict_calls(REQUEST, "r1")
     assert watch.down == ("an inference failed (Triton answered 500: Stub process 'x' is not healthy.); "
@@ -60,8 +61,8 @@ async def test_tritons_own_failure_marks_the_model_down_at_once_and_later_reques
     assert await watch.predict_calls(REQUEST, "r3")
 
 
-@pytest.mark.parametrize("error", [ApiError(422, "invalid_request", "bad"), ApiError(503, "out_of_memory", "oom"),
-                                   ApiError(500, "scoring_failed", "boom")])
+@pytest.mark.parametrize("error", [ModelFailure(Failure.INVALID, "bad"), ModelFailure(Failure.OUT_OF_MEMORY, "oom"),
+                                   ModelFailure(Failure.FAILED, "boom")])
 async def test_the_models_own_errors_leave_it_up(error):
     model = FakeModel()
     watch = watch_over(model)
@@ -172,7 +173,7 @@ async def test_health_is_503_at_once_after_tritons_own_failure_and_200_once_the_
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
         await until(lambda: model.pings == 1)
         assert (await client.get("/health")).status_code == 200
-        model.fail_with = ApiError(502, "model_unavailable", "Triton answered 500: Stub process is not healthy.")
+        model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: Stub process is not healthy.")
         assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 502
         model.fail_with = None
         health = await client.get("/health")
@@ -196,7 +197,7 @@ async def test_while_down_posts_are_refused_uncounted_as_triton_errors_and_model
     async with app.router.lifespan_context(app), \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
         await until(lambda: model.pings == 1)
-        model.fail_with = ApiError(502, "model_unavailable", "Triton answered 500: Stub process is not healthy.")
+        model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: Stub process is not healthy.")
         assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 502
         assert errors() == 1
         await until(lambda: app.state.watch.down == UNREACHABLE)

@@ -1,0 +1,48 @@
+"""Every error the app raises, answered in the envelope; Starlette's exception handlers, at module level."""
+from __future__ import annotations
+
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from .errors import HTTP_CODES, INVALID, SCORING_FAILED, ApiError, Failure, ModelFailure, envelope
+from .systemone.request import SystemOneInvalid
+from .validation import InvalidRequest
+
+log = logging.getLogger("intern_decision.shim")
+
+
+async def invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
+    body = envelope(INVALID.code, str(exc))
+    if isinstance(exc, SystemOneInvalid):
+        body["detail"] = exc.detail
+    return JSONResponse(body, status_code=INVALID.status)
+
+
+async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+    if isinstance(exc, ModelFailure) and exc.failure is Failure.UNREADABLE:
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+    elif exc.status >= 500:
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
+    body = envelope(exc.code, exc.message)
+    if exc.detail is not None:
+        body["detail"] = exc.detail
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+
+
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    code = HTTP_CODES.get(exc.status_code, "http_error")
+    return JSONResponse(envelope(code, exc.detail), status_code=exc.status_code, headers=exc.headers)
+
+
+async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's last resort (ServerErrorMiddleware, inside RequestId and the access line)."""
+    log.exception("%s %s: failed while building the response", request.method, request.url.path)
+    return JSONResponse(envelope(SCORING_FAILED.code, f"failed while building the response: {type(exc).__name__}"),
+                        status_code=SCORING_FAILED.status)
+
+
+EXCEPTION_HANDLERS = {InvalidRequest: invalid_request, ApiError: api_error, HTTPException: http_error,
+                      Exception: unexpected}

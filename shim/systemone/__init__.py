@@ -1,0 +1,9 @@
+"""The native decision surface: TypeSafe's System One (GET /v1/models, POST /v1/systemone) and Decidealot's batch
+(POST /v1/systemone/batch), one more mapping onto the same predict() calls as the semif routes.
+
+catalog   the names the model answers to, and /v1/models
+request   a request body checked and translated into predict() questions, every refusal naming its field
+answers   the calls' typed answers re-keyed into System One's response (INV-1: numbers only re-keyed)
+service   a request's calls planned, run under the lock, and answered; the batch
+routes    the Starlette handlers
+"""

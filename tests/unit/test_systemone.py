@@ -1,0 +1,338 @@
+"""The System One surface over a fake model: /v1/models, /v1/systemone and the batch; the translation onto
+predict(), the re-keying of its answers, chunking, every refusal with FastAPI's detail, and encoded bodies."""
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+
+import pytest
+from backports import zstd
+
+from shim.errors import Failure, ModelFailure
+from shim.settings import ShimSettings
+
+from .fake_model import CALIBRATION, FACTS, FakeModel
+from .test_shim_app import AUTH, client_for, make_settings
+
+pytestmark = pytest.mark.anyio
+CANONICAL = f"internlm/Intern-Decision-4B@{'f' * 12}"
+NAMES = [CANONICAL, "internlm/Intern-Decision-4B", "Intern-Decision-4B"]
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def model():
+    return FakeModel(base={"billing": 1.0, "1": 0.5, "yes": 0.25})
+
+
+@pytest.fixture
+async def client(model):
+    async with client_for(model) as client:
+        yield client
+
+
+def mixed(**overrides) -> dict:
+    body = {"model": "Intern-Decision-4B", "state": "The customer was charged twice and asks for the money back.",
+            "questions": {
+                "team": {"type": "choice", "instructions": "Which team?",
+                         "criteria": {"delivery": "Shipping", "billing": {"handles": ["refunds", "payments"]}}},
+                "urgency": {"type": "score", "instructions": None, "criteria": ["Low", ["Medium", 1], "High"]},
+                "refund": {"type": "noul", "instructions": {"ask": "refund?"},
+                           "criteria": {"true": "Asks for a refund", "false": None}},
+            }}
+    body.update(overrides)
+    return body
+
+
+def many(count: int) -> dict:
+    return {f"q{n}": {"type": "noul", "instructions": f"question {n}?"} for n in range(1, count + 1)}
+
+
+async def test_models_lists_the_canonical_name_its_aliases_and_the_operators(model):
+    async with client_for(model, extra_model_names="jev-latest") as client:
+        assert (await client.get("/v1/models")).status_code == 401
+        response = await client.get("/v1/models", headers=AUTH)
+    assert response.status_code == 200
+    entries = response.json()["models"]
+    assert [entry["name"] for entry in entries] == NAMES + ["jev-latest"]
+    assert all(entry["release_date"] == "2026-09-30" for entry in entries)
+    assert [entry.get("alias_of") for entry in entries] == [None] + [CANONICAL] * 3
+    assert entries[0]["revision"] == FACTS["revision"] and entries[0]["inference_sha256"] == FACTS["inference_sha256"]
+    assert entries[0]["limits"] == {"max_questions_per_call": 16, "max_questions_per_request": 64,
+                                    "max_options_per_question": 62, "max_tokens_per_call": 8192,
+                                    "max_batch_items": 32}
+    assert response.headers["x-typesafe-request-id"] == response.headers["x-request-id"]
+
+
+async def test_three_types_answer_under_the_callers_names_with_predicts_numbers(client, model):
+    response = await client.post("/v1/systemone", json=mixed(), headers={**AUTH, "X-Request-Id": "req-1"})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-request-id"] == response.headers["x-typesafe-request-id"] == "req-1"
+    body = response.json()
+    native = model.answer_for(model.calls[0])["answers"]
+    assert body["model"] == CANONICAL
+    assert list(body["answers"]) == ["team", "urgency", "refund"]
+    team, urgency, refund = (body["answers"][name] for name in ("team", "urgency", "refund"))
+    assert team == {"type": "choice", "choice": native["team"]["choice"], "confidence": native["team"]["confidence"],
+                    "probabilities": native["team"]["probabilities"], "native": native["team"]}
+    assert list(team["probabilities"]) == ["delivery", "billing"] and team["choice"] == "billing"
+    assert urgency["score"] == native["urgency"]["score"] and urgency["confidence"] == native["urgency"]["confidence"]
+    assert urgency["probabilities"] == native["urgency"]["probabilities"]
+    assert urgency["legend"] == {"0": "Low", "1": ["Medium", 1], "2": "High"}
+    assert refund == {"type": "noul", "noul": native["refund"]["noul"], "native": native["refund"]}
+    assert body["usage"] == {"input_tokens": 130, "output_tokens": 3}
+    assert body["calls"] == [{"index": 0, "questions": ["team", "urgency", "refund"], "input_tokens": 130,
+                              "prompt_sha256": "sha-of-call-1"}]
+    assert body["calibration"] == CALIBRATION and body["prompt_version"] == FACTS["prompt_version"]
+    assert model.request_ids == ["req-1"]
+
+
+async def test_floats_are_written_with_a_decimal_point(client, model):
+    model.base = {"billing": 1000.0}  # the choice's probability is 1.0 exactly
+    response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
+    assert b'"confidence":1.0' in response.content and b'"confidence":1' + b"," not in response.content
+
+
+async def test_the_translation_onto_predict(client, model):
+    assert (await client.post("/v1/systemone", json=mixed(), headers=AUTH)).status_code == 200
+    assert model.calls == [{"state": mixed()["state"], "questions": {
+        "team": {"type": "choice", "instructions": "Which team?",
+                 "criteria": {"delivery": "Shipping", "billing": '{"handles": ["refunds", "payments"]}'}},
+        "urgency": {"type": "score", "criteria": ["Low", '["Medium", 1]', "High"]},
+        "refund": {"type": "noul", "instructions": '{"ask": "refund?"}', "criteria": {"true": "Asks for a refund"}},
+    }}]
+
+
+async def test_a_null_choice_description_is_empty_and_all_null_noul_criteria_fall_back(client, model):
+    body = mixed(questions={"a": {"type": "choice", "criteria": {"x": None, "y": "é"}},
+                            "b": {"type": "noul", "criteria": {"true": None, "false": None}},
+                            "c": {"type": "noul", "criteria": None}})
+    assert (await client.post("/v1/systemone", json=body, headers=AUTH)).status_code == 200
+    assert model.calls[0]["questions"] == {"a": {"type": "choice", "criteria": {"x": "", "y": "é"}},
+                                           "b": {"type": "noul"}, "c": {"type": "noul"}}
+
+
+async def test_above_16_questions_are_chunked_greedily_and_the_calls_shown(client, model):
+    response = await client.post("/v1/systemone", json=mixed(questions=many(40)), headers=AUTH)
+    body = response.json()
+    assert [len(call["questions"]) for call in model.calls] == [16, 16, 8]
+    assert [call["questions"] for call in body["calls"]] == [[f"q{n}" for n in range(start, end)]
+                                                             for start, end in ((1, 17), (17, 33), (33, 41))]
+    assert list(body["answers"]) == [f"q{n}" for n in range(1, 41)]
+    assert body["usage"] == {"input_tokens": 260 + 260 + 180, "output_tokens": 40}
+    assert len(model.request_ids) == 1  # one inference request for all three calls
+
+
+@pytest.mark.parametrize("change, loc, message", [
+    ({"model": "intern-decision-4b"}, ["body", "model"], "unknown model 'intern-decision-4b'; this service answers "
+     f"to '{CANONICAL}', 'internlm/Intern-Decision-4B', 'Intern-Decision-4B' (exact, case-sensitive)"),
+    ({"model": None}, ["body", "model"], "must be a string"),
+    ({"state": ""}, ["body", "state"], "must not be empty"),
+    ({"state": 3}, ["body", "state"], "must be a nonempty string, object or array"),
+    ({"questions": {}}, ["body", "questions"], "must hold 1..64 questions (MAX_DECISIONS), got 0"),
+    ({"questions": many(65)}, ["body", "questions"], "must hold 1..64 questions (MAX_DECISIONS), got 65"),
+    ({"questions": {"": {"type": "noul"}}}, ["body", "questions", ""], "question names must be nonempty strings"),
+    ({"questions": {"spot": {"type": "box", "instructions": "the dent"}}}, ["body", "questions", "spot", "type"],
+     "box questions need an image; this model takes no images"),
+    ({"questions": {"q": {"type": "rank", "criteria": {}}}}, ["body", "questions", "q", "type"],
+     "must be one of choice, score, noul"),
+    ({"questions": {"q": {"type": "choice", "criteria": {str(n): None for n in range(63)}}}},
+     ["body", "questions", "q", "criteria"], "must hold 1..62 options, got 63"),
+    ({"questions": {"q": {"type": "choice", "criteria": {}}}}, ["body", "questions", "q", "criteria"],
+     "must hold 1..62 options, got 0"),
+    ({"questions": {"q": {"type": "choice", "criteria": {"a": 1}}}}, ["body", "questions", "q", "criteria", "a"],
+     "must be a string, object or array or null"),
+    ({"questions": {"q": {"type": "score", "criteria": {"0": "low"}}}}, ["body", "questions", "q", "criteria"],
+     "must be an array of levels (a list only)"),
+    ({"questions": {"q": {"type": "score", "criteria": ["low", None]}}}, ["body", "questions", "q", "criteria", 1],
+     "must be a string, object or array"),
+    ({"questions": {"q": {"type": "noul", "criteria": {"yes": "x"}}}}, ["body", "questions", "q", "criteria", "yes"],
+     "noul criteria take only true and false"),
+    ({"questions": {"q": {"type": "noul", "instructions": 7}}}, ["body", "questions", "q", "instructions"],
+     "must be a string, object or array or null"),
+    ({"assets": {"img": {"type": "image"}}}, ["body", "assets"], "this model takes no images: send no assets, "
+     "null or {}"),
+    ({"config": {"temperature": 0.8}}, ["body", "config", "temperature"],
+     "unknown config key; this model accepts single_call"),
+    ({"config": {"single_call": "yes"}}, ["body", "config", "single_call"], "must be a boolean"),
+    ({"config": {"single_call": True}, "questions": many(17)}, ["body", "config", "single_call"],
+     "single_call allows at most 16 questions (one call), the request has 17"),
+])
+async def test_refusals_are_422_with_the_field_named_before_any_model_work(client, model, change, loc, message):
+    response = await client.post("/v1/systemone", json=mixed(**change), headers=AUTH)
+    assert response.status_code == 422
+    body = response.json()
+    assert body["detail"][0]["loc"] == loc and body["detail"][0]["msg"] == message
+    assert body["error"]["code"] == "invalid_request" and message in body["error"]["message"]
+    assert model.calls == []
+
+
+async def test_missing_fields_and_bad_json(client):
+    for field in ("model", "state", "questions"):
+        body = mixed()
+        del body[field]
+        detail = (await client.post("/v1/systemone", json=body, headers=AUTH)).json()["detail"]
+        assert detail == [{"loc": ["body", field], "msg": "Field required", "type": "missing"}]
+    response = await client.post("/v1/systemone", content=b"{nope", headers=AUTH)
+    assert response.status_code == 422 and response.json()["detail"][0]["type"] == "json_invalid"
+
+
+async def test_assets_absent_null_or_empty_and_single_call_within_16_are_accepted(client, model):
+    for extra in ({"assets": None}, {"assets": {}}, {"config": {}}, {"config": {"single_call": True}}):
+        assert (await client.post("/v1/systemone", json=mixed(**extra), headers=AUTH)).status_code == 200
+
+
+async def test_a_model_valueerror_names_the_call_and_its_questions(client, model):
+    model.fail_with = ModelFailure(Failure.INVALID, "Example has 9000 tokens, above 4096; truncation is forbidden",
+                                   call=1)
+    model.fail_on_call = 1
+    response = await client.post("/v1/systemone", json=mixed(questions=many(20)), headers=AUTH)
+    assert response.status_code == 422
+    message = "call 1 (questions 17–20): Example has 9000 tokens, above 4096; truncation is forbidden"
+    assert response.json() == {"error": {"code": "invalid_request", "message": message},
+                               "detail": [{"loc": ["body"], "msg": message, "type": "value_error"}]}
+
+
+@pytest.mark.parametrize("failure, status, retry_after", [
+    (Failure.OUT_OF_MEMORY, 503, "1"), (Failure.FAILED, 500, None), (Failure.TRITON, 502, None)])
+async def test_model_failures_as_on_the_semif_routes_503_with_retry_after(client, model, failure, status,
+                                                                          retry_after):
+    model.fail_with = ModelFailure(failure, "boom", call=0)
+    response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
+    assert response.status_code == status and response.headers.get("retry-after") == retry_after
+    assert response.json()["error"] == {"code": failure.error.code, "message": "call 0 (questions 1–3): boom"}
+
+
+async def test_an_answer_of_the_wrong_type_is_never_guessed(client, model):
+    answer_for = model.answer_for
+    model.answer_for = lambda request: {**answer_for(request), "answers": {
+        name: {**answer, "type": "choice", "choice": "no"} if name == "refund" else answer
+        for name, answer in answer_for(request)["answers"].items()}}
+    response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
+    assert response.status_code == 500
+    assert response.json()["error"]["message"] == ("the model's answer to question 'refund' is a choice answer, "
+                                                  "not a noul")
+
+
+async def test_the_batch_answers_in_order_one_inference_request_per_item(client, model):
+    items = [mixed(), mixed(model=CANONICAL, questions=many(17))]
+    response = await client.post("/v1/systemone/batch", json={"requests": items},
+                                 headers={**AUTH, "X-Request-Id": "b-1"})
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [list(result["answers"]) for result in results] == [["team", "urgency", "refund"], list(many(17))]
+    assert [len(result["calls"]) for result in results] == [1, 2]
+    assert model.request_ids == ["b-1.0", "b-1.1"]
+    single = (await client.post("/v1/systemone", json=mixed(), headers=AUTH)).json()
+    assert results[0]["answers"] == single["answers"]
+
+
+async def test_every_batch_item_is_checked_before_any_model_work(client, model):
+    items = [mixed(), mixed(questions={"q": {"type": "box"}})]
+    response = await client.post("/v1/systemone/batch", json={"requests": items}, headers=AUTH)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "requests", 1, "questions", "q", "type"]
+    assert model.calls == []
+    unknown = [mixed(), mixed(model="jev-latest")]
+    response = await client.post("/v1/systemone/batch", json={"requests": unknown}, headers=AUTH)
+    assert response.json()["detail"][0]["loc"] == ["body", "requests", 1, "model"] and model.calls == []
+
+
+@pytest.mark.parametrize("body, message", [
+    ({}, "must be an array of System One requests"), ({"requests": []}, "must hold 1..3 requests"),
+    ({"requests": [{}] * 4}, "must hold 1..3 requests (MAX_BATCH_ITEMS), got 4")])
+async def test_the_batch_bounds(model, body, message):
+    async with client_for(model, max_batch_items="3") as client:
+        response = await client.post("/v1/systemone/batch", json=body, headers=AUTH)
+    assert response.status_code == 422 and message in response.json()["detail"][0]["msg"]
+    assert response.json()["detail"][0]["loc"] == ["body", "requests"]
+
+
+async def test_the_first_failure_fails_the_batch_naming_the_item(client, model):
+    model.fail_with = ModelFailure(Failure.OUT_OF_MEMORY, "CUDA out of memory", call=0)
+    model.fail_on_call = 1
+    items = [mixed(), mixed(), mixed()]
+    response = await client.post("/v1/systemone/batch", json={"requests": items}, headers=AUTH)
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    assert response.json() == {"error": {"code": "out_of_memory",
+                                         "message": "requests[1]: call 0 (questions 1–3): CUDA out of memory"}}
+    assert len(model.calls) == 2  # the third item never ran
+
+
+@pytest.mark.parametrize("encoding, compress", [("gzip", gzip.compress), ("zstd", zstd.compress)])
+async def test_encoded_bodies_are_decoded(client, model, encoding, compress):
+    raw = json.dumps(mixed()).encode()
+    response = await client.post("/v1/systemone", content=compress(raw),
+                                 headers={**AUTH, "Content-Encoding": encoding, "Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    plain = await client.post("/v1/systemone", content=raw, headers=AUTH)
+    assert response.json()["answers"] == plain.json()["answers"]
+
+
+@pytest.mark.parametrize("encoding, compress", [("gzip", gzip.compress), ("zstd", zstd.compress)])
+async def test_a_small_body_that_inflates_past_the_limit_is_413(model, encoding, compress):
+    bomb = compress(json.dumps(mixed(state="x" * 2_000_000)).encode())
+    assert len(bomb) < 20_000
+    async with client_for(model, max_body_bytes="100000") as client:
+        response = await client.post("/v1/systemone", content=bomb, headers={**AUTH, "Content-Encoding": encoding})
+    assert response.status_code == 413
+    assert response.json()["error"]["message"] == (f"the body is larger than 100000 bytes once its {encoding} is "
+                                                   f"decoded (MAX_BODY_BYTES)")
+    assert model.calls == []
+
+
+async def test_other_encodings_are_415_and_a_broken_stream_422(client, model):
+    response = await client.post("/v1/systemone", content=b"{}", headers={**AUTH, "Content-Encoding": "br"})
+    assert response.status_code == 415 and response.json()["error"]["code"] == "unsupported_media_type"
+    broken = gzip.compress(json.dumps(mixed()).encode())[:-8]
+    response = await client.post("/v1/systemone", content=broken, headers={**AUTH, "Content-Encoding": "gzip"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["msg"] == "the body is not a whole gzip stream: it stops short"
+    semif = await client.post("/decide", content=gzip.compress(b"{}"), headers={**AUTH, "Content-Encoding": "gzip"})
+    assert semif.status_code == 422 and "detail" not in semif.json()  # decoded there too: {} lacks state
+
+
+async def test_429_before_the_body_is_read(model):
+    model.gate = asyncio.Event()
+    async with client_for(model, max_queue="1") as client:
+        held = asyncio.create_task(client.post("/v1/systemone", json=mixed(), headers=AUTH))
+        while model.active == 0:
+            await asyncio.sleep(0.005)
+        refused = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
+        model.gate.set()
+        assert (await held).status_code == 200
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert refused.headers["x-typesafe-request-id"] == refused.headers["x-request-id"]
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"INTERN_DECISION_EXTRA_MODEL_NAMES": "jev-latest,,x"}, "EXTRA_MODEL_NAMES must be comma-separated"),
+    ({"INTERN_DECISION_EXTRA_MODEL_NAMES": "a,a"}, "EXTRA_MODEL_NAMES names a model twice"),
+    ({"INTERN_DECISION_MODEL_RELEASE_DATE": "30.09.2026"}, "MODEL_RELEASE_DATE must be a date YYYY-MM-DD"),
+    ({"INTERN_DECISION_MAX_BATCH_ITEMS": "0"}, "MAX_BATCH_ITEMS must be an integer >= 1"),
+])
+def test_the_settings_it_adds_refuse_bad_values(env, message):
+    base = {"INTERN_DECISION_API_TOKEN": "t" * 32, "INTERN_DECISION_TRITON_API_KEY": "k" * 32}
+    with pytest.raises(ValueError, match=message):
+        ShimSettings.from_env({**base, **env})
+
+
+def test_the_settings_defaults():
+    settings = make_settings()
+    assert (settings.extra_model_names, settings.model_release_date, settings.max_batch_items) == ((), "2026-09-30",
+                                                                                                   32)
+    assert make_settings(model_release_date="2027-01-02").model_release_date == "2027-01-02"
+
+
+async def test_an_unreadable_facts_page_is_502_for_models(model):
+    async def no_facts():
+        raise ModelFailure(Failure.TRITON, "the model has not published intern_decision_model_info yet")
+    model.facts = no_facts
+    async with client_for(model) as client:
+        response = await client.get("/v1/models", headers=AUTH)
+    assert response.status_code == 502 and response.json()["error"]["code"] == "model_unavailable"
