@@ -33,6 +33,7 @@ SERVICE_REQUIREMENTS = (
     "uvicorn>=0.30",
     "httptools>=0.6",
     "prometheus-client>=0.20",
+    "backports-zstd>=1.0",
     "numpy<2",
 )
 KERNEL_REQUIREMENTS = ("flash-linear-attention==0.5.2", "fla-core==0.5.2", "einops")
@@ -42,7 +43,7 @@ SERVER_WHEEL = "nvidia-pytriton==0.7.0"
 # shim and the model side import, the model classes themselves (`import transformers` alone is lazy and proves
 # nothing), the repository's packages through the environment, and the numpy bound.
 IMPORT_CHECK = (
-    "import json, numpy, starlette, uvicorn, httptools, prometheus_client, aiohttp, "
+    "import json, numpy, starlette, uvicorn, httptools, prometheus_client, aiohttp, backports.zstd, shim.app, "
     "tritonclient.http.aio, tritonclient.utils, torch, transformers, wire.protocol, intern_decision_model.kernels; "
     "from transformers import AutoProcessor, Qwen3_5ForConditionalGeneration; "
     "assert int(numpy.__version__.split('.')[0]) < 2, 'numpy ' + numpy.__version__; "
