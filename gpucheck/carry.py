@@ -20,7 +20,7 @@ SERVER_TARBALL = "tritonserver.tar.xz"
 MANIFEST = "manifest.json"
 
 LIMIT_BYTES = 64 * 1024 ** 2  # the carry and the repository together: what the GPU machine takes
-TARGET_BYTES = 60 * 1024 ** 2  # what gpucheck.collect allows, so that the repository can grow
+TARGET_BYTES = 60 * 1024 ** 2  # what gpucheck.collect allows the carry alone, so that the repository can grow
 PYTHON_VERSION = "3.12"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
