@@ -5,9 +5,10 @@ The contract: positive control 240/259 on the pooled rows and 79/84 on Wyrd, "th
 
 The ±4 points on the pooled set are about 2.47 binomial standard errors of 240/259 over 259 rows. Wyrd has no
 resolution of its own in the contract: it gets the same number of standard errors of 79/84 over its 84 rows (about
-±6.4 points), because a set a third the size resolves less finely, and a flat ±4 points would fail a service that
-scores the bench's Wyrd rows no worse than the bench's own repeat noise allows. The negative control's 144 rows
-take the contract's floor as stated, 4 points (5.76 rows).
+±6.4 points). A set a third the size resolves about √3 times more coarsely; holding it to ±4 points would fail
+the bench's own model on sampling noise. The negative control's 144 rows take the contract's floor as stated,
+4 points (5.76 rows). Accuracy windows are two-sided: far better than the bench on the bench's rows is not the
+bench's model either.
 """
 from __future__ import annotations
 

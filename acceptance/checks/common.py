@@ -148,7 +148,7 @@ class Context:
         state, growth = self.grown_state(criteria16, LONG_STATE_TOKENS, tolerance=50, state_tokens=True)
         return criteria16, state, growth, growth.target == LONG_STATE_TOKENS and growth.reached
 
-    def grown_state(self, decisions: list[dict], target: int, tolerance: int, before_probe=None,
+    def grown_state(self, decisions: list[dict], target: int, tolerance: int,
                     state_tokens: bool = False) -> tuple[str, Growth]:
         """A filler state that brings a /decide/shared call of these decisions to about target input tokens.
 
@@ -161,8 +161,6 @@ class Context:
             refused: list[str] = []
 
             def measure(units: int) -> int | None:
-                if before_probe is not None:
-                    before_probe()
                 reply = self.service.post("/decide/shared", shared_body(filler_state(units), decisions))
                 if reply.status == 200:
                     return max(reply.body["timing"]["input_tokens"])

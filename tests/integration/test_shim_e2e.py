@@ -66,6 +66,7 @@ def test_plain_decide_is_scored_by_the_model(http):
     assert result["calibration"]["method"] == "temperature-scaling"
     assert result["model"]["name"] == "Intern-Decision-4B-tiny-fixture"
     assert result["forward_seconds"] > 0 and result["total_seconds"] >= result["forward_seconds"]
+    assert 0 <= result["queue_seconds"] < result["total_seconds"]  # alone: the lock was free
     assert len(result["prompt_sha256"]) == 64
 
 

@@ -46,6 +46,9 @@ class FakeModel:
         self.probes: list[Probe] = []  # what the next pings answer, in order; then Probe(True)
         self.pings = 0
 
+    def bias_at(self, position: int) -> float:
+        return self.position_bias[position] if position < len(self.position_bias) else 0.0
+
     def answer_for(self, request: dict) -> dict:
         answers = {}
         for field, question in request["questions"].items():
@@ -58,7 +61,8 @@ class FakeModel:
             else:
                 options = list(criteria.items())
             values = [value for value, _ in options]
-            probabilities = softmax([self.base.get(value, 0.0) + self.position_bias[position]
+            # System One's questions may hold more options than the 16 positions a bias is given for
+            probabilities = softmax([self.base.get(value, 0.0) + self.bias_at(position)
                                      for position, value in enumerate(values)])
             scored = dict(zip(values, probabilities))
             if self.drop_option in scored:

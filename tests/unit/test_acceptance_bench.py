@@ -266,6 +266,13 @@ def test_latency_passes_at_n_20_with_the_state_itself_about_3900_tokens(tmp_path
     assert (numbers["client_host"], numbers["service_host"]) == ("nh3-dev", "gpu-host")
 
 
+def test_a_realistic_state_too_long_for_max_tokens_is_shortened_and_inconclusive(tmp_path):
+    status, reason, numbers = latency.run(latency_context(tmp_path, 2000))
+    assert status == "inconclusive" and "the state was shortened to" in reason
+    realistic = numbers["shapes"][latency.REALISTIC_SHAPE]
+    assert realistic["non_200"] == 0 and realistic["state_chars"] < 8000 and realistic["input_tokens"][0] <= 2000
+
+
 def test_latency_with_fewer_than_20_requests_or_a_short_state_is_inconclusive(tmp_path):
     status, reason, _ = latency.run(latency_context(tmp_path, 8192, "--n", "3"))
     assert status == "inconclusive" and reason == "3 timed request(s) per shape; this kit asks at least 20"
