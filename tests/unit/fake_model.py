@@ -32,7 +32,7 @@ def softmax(values: list[float]) -> list[float]:
 class FakeModel:
     def __init__(self, base: dict[str, float] | None = None, position_bias: list[float] | None = None):
         self.base = base or {}
-        self.position_bias = position_bias or [0.0] * 62  # System One admits up to 62 options
+        self.position_bias = position_bias or [0.0] * 16
         self.calls: list[dict] = []
         self.request_ids: list[str] = []
         self.fail_with: Exception | None = None
