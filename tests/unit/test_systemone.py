@@ -87,7 +87,7 @@ async def test_three_types_answer_under_the_callers_names_with_predicts_numbers(
     assert refund == {"type": "noul", "noul": native["refund"]["noul"], "native": native["refund"]}
     assert body["usage"] == {"input_tokens": 130, "output_tokens": 3}
     assert body["calls"] == [{"index": 0, "questions": ["team", "urgency", "refund"], "input_tokens": 130,
-                              "prompt_sha256": "sha-of-call-1"}]
+                              "prompt_sha256": "sha-of-call-1", "inference_ms": 12.5}]
     assert body["calibration"] == CALIBRATION and body["prompt_version"] == FACTS["prompt_version"]
     assert model.request_ids == ["req-1"]
 
