@@ -10,8 +10,10 @@ in front of the echo model), and loads the same fixture in this process. Each ro
 * shim: the request through the shim's /decide/shared (the System One shapes: /v1/systemone or its batch);
 * floor: the request's body through the floor app and the echo model.
 
-The System One shapes (--systemone) run beside their /decide/shared twins: a System One request whose translation
-is, call for call, the same predict() requests as the twin's, so the two routes' added times are comparable.
+The System One shapes (--systemone) run beside their /decide/shared twins, in the same rounds and alternating with
+them: "one choice" is a System One request whose translation is the twin's predict() request exactly; the 40
+questions are the same three calls of binary choices under other field names. So the two routes' added times are
+comparable.
 
 Each path's time minus the predict() forward time it reports itself (timing.inference_ms, summed over the calls)
 is what that path spends outside the forward pass; the in-process figure is subtracted from the others, so what is
@@ -201,6 +203,53 @@ class DirectTriton:
         return elapsed, sum(answer["timing"]["inference_ms"] for answer in answers)
 
 
+class Sampler:
+    """One shape's samples: its calls in process, straight to Triton, through the shim and through the floor."""
+
+    def __init__(self, body: dict, engine, direct: DirectTriton):
+        self.path = route_of(body)
+        self.groups = [calls_of(body)] if self.path == "/decide/shared" else systemone_calls(body)
+        self.requests = [request for group in self.groups for request in group]
+        self.payload = json.dumps(body).encode()
+        self.engine, self.direct = engine, direct
+        self.local, self.through_triton, self.through_shim, self.floor_ms = [], [], [], []
+        self.tokens, self.shim_cpu = 0, 0.0
+
+    def sample(self, shim: ShimServer, shim_http: HTTPConnection, floor_http: HTTPConnection, headers: dict,
+               keep: bool) -> None:
+        outside = 0.0
+        for request in self.requests:
+            started = time.perf_counter()
+            answer = self.engine.predict(request)
+            outside += (time.perf_counter() - started) * 1000 - answer["timing"]["inference_ms"]
+            self.tokens = max(self.tokens, answer["usage"]["input_tokens"])
+        elapsed, forward = self.direct.forward_ms(self.requests, self.groups)
+        triton_outside = elapsed - forward
+        cpu_before = cpu_seconds(shim.pid)
+        elapsed, text = post(shim_http, self.path, self.payload, headers)
+        cpu_used = cpu_seconds(shim.pid) - cpu_before
+        shim_outside = elapsed - forward_seconds(self.path, json.loads(text)) * 1000
+        floor_elapsed, _ = post(floor_http, "/floor", self.payload, {"Content-Type": "application/json"})
+        if keep:
+            self.local.append(outside)
+            self.through_triton.append(triton_outside - outside)
+            self.through_shim.append(shim_outside - outside)
+            self.floor_ms.append(floor_elapsed)
+            self.shim_cpu += cpu_used
+
+    def figures(self, rounds: int) -> dict:
+        calls = len(self.requests)
+        return {
+            "route": self.path, "calls": calls, "input_tokens": self.tokens,
+            "predict_outside_forward_ms": summary(self.local),
+            "triton_adds_ms": summary(self.through_triton),
+            "stack_adds_ms": summary(self.through_shim),
+            "stack_adds_per_call_ms": summary([value / calls for value in self.through_shim]),
+            "floor_ms": summary(self.floor_ms),
+            "shim_cpu_ms_per_request": self.shim_cpu * 1000 / rounds,
+        }
+
+
 def post(http: HTTPConnection, path: str, payload: bytes, headers: dict) -> tuple[float, bytes]:
     started = time.perf_counter()
     http.request("POST", path, body=payload, headers=headers)
@@ -255,49 +304,30 @@ def measure(args) -> dict:
         floor_http = HTTPConnection("127.0.0.1", floor.port, timeout=300)
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
         if args.systemone:
-            measured = {**{f"{name} (/decide/shared)": body for name, body in twins().items()},
-                        **systemone_shapes()}
-            measured["one question (/decide/shared)"] = shapes(engine)["one question"]
+            # Each System One shape that has a /decide/shared twin is measured in the same rounds as its twin,
+            # the two alternating, so that the machine's drift falls on both alike.
+            measured = systemone_shapes()
+            twin_bodies = {"System One: one choice (the twin of one question)": ("one question (/decide/shared)",
+                                                                                 shapes(engine)["one question"]),
+                           **{name: (f"{name} (/decide/shared)", body) for name, body in twins().items()}}
+            sessions = []
+            for name, body in measured.items():
+                if name in twin_bodies:
+                    twin_name, twin_body = twin_bodies[name]
+                    sessions.append({twin_name: twin_body, name: body})
+                else:
+                    sessions.append({name: body})
         else:
-            measured = shapes(engine)
-        for name, body in measured.items():
-            path = route_of(body)
-            groups = [calls_of(body)] if path == "/decide/shared" else systemone_calls(body)
-            requests, payload = [request for group in groups for request in group], json.dumps(body).encode()
-            calls = len(requests)
-            local, through_triton, through_shim, floor_ms, tokens = [], [], [], [], 0
-            shim_cpu = 0.0
+            sessions = [{name: body} for name, body in shapes(engine).items()]
+        for session in sessions:
+            samplers = {name: Sampler(body, engine, direct) for name, body in session.items()}
             for round_ in range(args.rounds + 2):
-                keep = round_ >= 2  # two warm-up rounds
-                outside = 0.0
-                for request in requests:
-                    started = time.perf_counter()
-                    answer = engine.predict(request)
-                    outside += (time.perf_counter() - started) * 1000 - answer["timing"]["inference_ms"]
-                    tokens = max(tokens, answer["usage"]["input_tokens"])
-                elapsed, forward = direct.forward_ms(requests, groups)
-                triton_outside = elapsed - forward
-                cpu_before = cpu_seconds(shim.pid)
-                elapsed, text = post(shim_http, path, payload, headers)
-                cpu_used = cpu_seconds(shim.pid) - cpu_before
-                shim_outside = elapsed - forward_seconds(path, json.loads(text)) * 1000
-                floor_elapsed, _ = post(floor_http, "/floor", payload, {"Content-Type": "application/json"})
-                if keep:
-                    local.append(outside)
-                    through_triton.append(triton_outside - outside)
-                    through_shim.append(shim_outside - outside)
-                    floor_ms.append(floor_elapsed)
-                    shim_cpu += cpu_used
-            results[name] = {
-                "route": path, "calls": calls, "input_tokens": tokens,
-                "predict_outside_forward_ms": summary(local),
-                "triton_adds_ms": summary(through_triton),
-                "stack_adds_ms": summary(through_shim),
-                "stack_adds_per_call_ms": summary([value / calls for value in through_shim]),
-                "floor_ms": summary(floor_ms),
-                "shim_cpu_ms_per_request": shim_cpu * 1000 / args.rounds,
-            }
-            print(name, json.dumps(results[name]), flush=True)
+                order = list(samplers.values())
+                for sampler in order if round_ % 2 == 0 else order[::-1]:
+                    sampler.sample(shim, shim_http, floor_http, headers, keep=round_ >= 2)  # two warm-up rounds
+            for name, sampler in samplers.items():
+                results[name] = sampler.figures(args.rounds)
+                print(name, json.dumps(results[name]), flush=True)
         if not args.systemone:
             results["one question"]["shim_cpu_ms_per_request"] = shim_cpu_burst(
                 shim, shapes(engine)["one question"], headers, args.cpu_requests)

@@ -28,6 +28,33 @@ def table(run: dict) -> list[str]:
     return lines
 
 
+def systemone_section(run: dict) -> list[str]:
+    """The System One shapes beside their /decide/shared twins (bench/overhead.py --systemone)."""
+    shapes = run["shapes"]
+    lines = [
+        "## The System One surface beside `/decide/shared`",
+        "",
+        "`bench/overhead.py --systemone`: the same measurement through `/v1/systemone` (and its batch), each "
+        "System One shape that has one beside its `/decide/shared` twin: \"one choice\" sends exactly the twin's "
+        "`predict()` request; the 40 questions send the same three calls of 16, 16 and 8 binary choices under the "
+        "caller's names instead of `q1..q16` (so the prompts differ by those names). The batch of 8 is 8 Triton "
+        "requests, one per item.",
+        "",
+        f"{run['rounds']} rounds after 2 warm-up rounds, on {run['machine']}.",
+        "",
+    ] + table(run) + [""]
+    pairs = [("System One: one choice (the twin of one question)", "one question (/decide/shared)"),
+             ("System One: 40 questions, chunked", "System One: 40 questions, chunked (/decide/shared)")]
+    lines += ["| System One shape | its stack adds p50 / p99 | `/decide/shared` twin's p50 / p99 | "
+              "System One minus the twin, p50 |", "|---|---|---|---|"]
+    for native, twin in pairs:
+        if native in shapes and twin in shapes:
+            ours, theirs = shapes[native]["stack_adds_ms"], shapes[twin]["stack_adds_ms"]
+            lines.append(f"| {native.removeprefix('System One: ')} | {pair(ours)} | {pair(theirs)} | "
+                         f"{ours['p50'] - theirs['p50']:+.2f} |")
+    return lines + [""]
+
+
 def write_doc() -> None:
     runs = {path.stem: json.loads(path.read_text()) for path in sorted((BENCH / "results").glob("*.json"))}
     lines = [
@@ -52,6 +79,8 @@ def write_doc() -> None:
             run = runs[label]
             lines += [f"### {LABELS[label]}", "", f"{run['rounds']} rounds after 2 warm-up rounds, on {run['machine']}.",
                       ""] + table(run) + [""]
+    if "systemone" in runs:
+        lines += systemone_section(runs["systemone"])
     notes = BENCH / "notes.md"
     DOC.write_text("\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else ""))
 

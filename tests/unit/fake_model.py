@@ -60,7 +60,8 @@ class FakeModel:
             else:
                 options = list(criteria.items())
             values = [value for value, _ in options]
-            probabilities = softmax([self.base.get(value, 0.0) + self.position_bias[position]
+            bias = self.position_bias + [0.0] * (len(values) - len(self.position_bias))
+            probabilities = softmax([self.base.get(value, 0.0) + bias[position]
                                      for position, value in enumerate(values)])
             scored = dict(zip(values, probabilities))
             if self.drop_option in scored:

@@ -336,3 +336,15 @@ async def test_an_unreadable_facts_page_is_502_for_models(model):
     async with client_for(model) as client:
         response = await client.get("/v1/models", headers=AUTH)
     assert response.status_code == 502 and response.json()["error"]["code"] == "model_unavailable"
+
+
+async def test_the_upper_bounds_are_accepted(client, model):
+    questions = {"levels": {"type": "score", "criteria": [f"level {n}" for n in range(62)]},
+                 "options": {"type": "choice", "criteria": {f"o{n}": None for n in range(62)}}}
+    response = await client.post("/v1/systemone", json=mixed(questions=questions), headers=AUTH)
+    assert response.status_code == 200
+    answers = response.json()["answers"]
+    assert list(answers["levels"]["probabilities"]) == [str(n) for n in range(62)]
+    assert list(answers["options"]["probabilities"]) == [f"o{n}" for n in range(62)]
+    many_questions = await client.post("/v1/systemone", json=mixed(questions=many(64)), headers=AUTH)
+    assert many_questions.status_code == 200 and len(many_questions.json()["calls"]) == 4
