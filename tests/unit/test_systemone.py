@@ -56,6 +56,8 @@ def many(count: int) -> dict:
 async def test_models_lists_the_canonical_name_its_aliases_and_the_operators(model):
     async with client_for(model, extra_model_names="jev-latest") as client:
         assert (await client.get("/v1/models")).status_code == 401
+        assert (await client.head("/v1/models")).status_code == 401
+        assert (await client.post("/v1/models", headers=AUTH)).status_code == 405
         response = await client.get("/v1/models", headers=AUTH)
     assert response.status_code == 200
     entries = response.json()["models"]
