@@ -114,9 +114,12 @@ def systemone_shapes() -> dict[str, dict]:
     }
 
 
-def twins() -> dict[str, dict]:
-    """/decide/shared bodies of the same calls as System One shapes (choice questions only)."""
-    return {"System One: 40 questions, chunked": {"state": STATE, "decisions": criteria(40)}}
+def twins(engine) -> dict[str, tuple[str, dict]]:
+    """System One shape -> (its /decide/shared twin's name, the twin's body): the same calls, choice questions only."""
+    return {"System One: one choice (the twin of one question)":
+            ("/decide/shared: one question (the twin of one choice)", shapes(engine)["one question"]),
+            "System One: 40 questions, chunked":
+            ("/decide/shared: 40 binary criteria (the twin of 40 questions)", {"state": STATE, "decisions": criteria(40)})}
 
 
 def long_state(engine, target_tokens: int) -> str:
@@ -307,9 +310,7 @@ def measure(args) -> dict:
             # Each System One shape that has a /decide/shared twin is measured in the same rounds as its twin,
             # the two alternating, so that the machine's drift falls on both alike.
             measured = systemone_shapes()
-            twin_bodies = {"System One: one choice (the twin of one question)": ("one question (/decide/shared)",
-                                                                                 shapes(engine)["one question"]),
-                           **{name: (f"{name} (/decide/shared)", body) for name, body in twins().items()}}
+            twin_bodies = twins(engine)
             sessions = []
             for name, body in measured.items():
                 if name in twin_bodies:
