@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MEMORY_SERIES = "intern_decision_gpu_memory_bytes"
-MEMORY_KINDS = ("reserved", "allocated", "peak_reserved")
+MEMORY_KINDS = ("reserved", "allocated", "peak_reserved", "baseline")
 ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
 
 

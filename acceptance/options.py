@@ -2,27 +2,21 @@
 from __future__ import annotations
 
 import argparse
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 ALL_CHECKS = (1, 2, 3, 4, 5, 6, 7, 8)
 DEFAULT_ROWS = Path(__file__).resolve().parent / "data" / "smoke_rows.jsonl"
-
-# The contract's bench figures; the pooled set resolves about ±4 points.
-BENCH_RESOLUTION = 0.04
-BENCH_POSITIVE = (240, 259)
-BENCH_NEGATIVE_FOLLOW = (122, 144)
-BENCH_NEGATIVE_STAY = (10, 144)
-DEFAULT_MIN_ACCURACY = round(BENCH_POSITIVE[0] / BENCH_POSITIVE[1] - BENCH_RESOLUTION, 4)  # 0.8866
-DEFAULT_MIN_FOLLOW = round(BENCH_NEGATIVE_FOLLOW[0] / BENCH_NEGATIVE_FOLLOW[1] - BENCH_RESOLUTION, 4)  # 0.8072
-DEFAULT_MAX_STAY = round(BENCH_NEGATIVE_STAY[0] / BENCH_NEGATIVE_STAY[1] + BENCH_RESOLUTION, 4)  # 0.1094
+# Our choice, not the contract's: a latency shape is measured on at least this many timed requests.
+MIN_LATENCY_N = 20
 
 
 @dataclass
 class Options:
     url: str
     token: str
-    metrics_url: str
+    metrics_url: str | None
     out: Path
     rows: Path
     reference: Path | None
@@ -30,17 +24,16 @@ class Options:
     n: int
     restart_command: str | None
     restart_prompt: bool
+    restarts: int
     restart_timeout: float
     over_cap_body: Path | None
     flood: int
     flood_body: Path | None
-    min_accuracy: float
-    max_top_diffs: int
-    min_follow: float
-    max_stay: float
     max_p50_ms: float | None
     memory_tolerance_mib: float
     timeout: float
+    client_host: str
+    client_host_given: bool
 
 
 def parse_checks(text: str) -> tuple[int, ...]:
@@ -60,13 +53,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m acceptance",
@@ -76,38 +62,40 @@ def build_parser() -> argparse.ArgumentParser:
     token = service.add_mutually_exclusive_group(required=True)
     token.add_argument("--token", help="the API bearer token")
     token.add_argument("--token-file", type=Path, help="a file holding the API bearer token")
-    service.add_argument("--metrics-url", required=True, help="the model's metrics, e.g. http://127.0.0.1:8002/metrics")
+    service.add_argument("--metrics-url",
+                         help="the model's metrics, e.g. http://127.0.0.1:8002/metrics (checks 5 and 6 need it)")
+    service.add_argument("--client-host",
+                         help="the name of the host this kit runs on, for the report (this machine's name), "
+                              "e.g. the caller's host when check 4 runs from there")
     service.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for one answer (300)")
 
     run = parser.add_argument_group("what to run")
     run.add_argument("--checks", type=parse_checks, default=ALL_CHECKS, help="which checks, e.g. 4,5,6 (all)")
     run.add_argument("--out", type=Path, required=True, help="folder for report.md and report.json")
     run.add_argument("--rows", type=Path, default=DEFAULT_ROWS,
-                     help="labelled rows (JSONL) for checks 1-3 (the bundled smoke rows)")
-    run.add_argument("--reference", type=Path, help="reference predictions (JSONL) to compare check 1 against")
-    run.add_argument("--n", type=_positive_int, default=20, help="timed requests per latency shape (20)")
+                     help="the bench's labelled rows (JSONL, docs/acceptance.md) for checks 1-3 "
+                          "(the bundled smoke rows, which decide nothing)")
+    run.add_argument("--reference", type=Path, help="the bench's own predictions per row (JSONL), for check 1")
+    run.add_argument("--n", type=_positive_int, default=MIN_LATENCY_N,
+                     help=f"timed requests per latency shape ({MIN_LATENCY_N}; fewer is inconclusive)")
     restart = run.add_mutually_exclusive_group()
     restart.add_argument("--restart-command", help="shell command that restarts the service (check 3)")
     restart.add_argument("--restart-prompt", action="store_true",
                          help="wait for Enter while someone restarts the service (check 3)")
+    run.add_argument("--restarts", type=_positive_int, default=1,
+                     help="restarts in check 3, each followed by the rows again (1; the bench did 4)")
     run.add_argument("--restart-timeout", type=float, default=600.0,
-                     help="seconds for the restart command and for /health to answer 200 afterwards (600)")
+                     help="seconds for the restart command, and for /health to answer 200 from a new model process "
+                          "afterwards (600)")
     run.add_argument("--over-cap-body", type=Path, help="a JSON request body that exceeds the VRAM cap (check 6)")
     run.add_argument("--flood", type=_positive_int, default=64, help="concurrent requests for the 429 check (64)")
     run.add_argument("--flood-body", type=Path, help="the JSON request body each flood request sends (check 8)")
 
-    judge = parser.add_argument_group("pass rules")
-    judge.add_argument("--min-accuracy", type=_fraction, default=DEFAULT_MIN_ACCURACY,
-                       help=f"check 1: least overall accuracy ({DEFAULT_MIN_ACCURACY}: bench 240/259 less 4 points)")
-    judge.add_argument("--max-top-diffs", type=int, default=0,
-                       help="check 1: most rows whose top differs from --reference (0)")
-    judge.add_argument("--min-follow", type=_fraction, default=DEFAULT_MIN_FOLLOW,
-                       help=f"check 2: least share of tops that follow their description ({DEFAULT_MIN_FOLLOW})")
-    judge.add_argument("--max-stay", type=_fraction, default=DEFAULT_MAX_STAY,
-                       help=f"check 2: most share of tops that stay on their id ({DEFAULT_MAX_STAY})")
+    judge = parser.add_argument_group("pass rules (checks 1-3 take the contract's figures, acceptance/bench.py)")
     judge.add_argument("--max-p50-ms", type=float, help="check 4: most client-side p50 per shape (not judged)")
     judge.add_argument("--memory-tolerance-mib", type=float, default=512.0,
-                       help="check 6: how far reserved memory may stay above its baseline (512)")
+                       help="check 6: how far reserved memory may stay above the model's post-warm-up baseline: "
+                            "its RELEASE_SLACK_MIB (512)")
     return parser
 
 
@@ -126,7 +114,7 @@ def parse_options(argv: list[str] | None = None) -> Options:
     return Options(
         url=args.url, token=token, metrics_url=args.metrics_url, out=args.out, rows=args.rows,
         reference=args.reference, checks=args.checks, n=args.n, restart_command=args.restart_command,
-        restart_prompt=args.restart_prompt, restart_timeout=args.restart_timeout, over_cap_body=args.over_cap_body,
-        flood=args.flood, flood_body=args.flood_body, min_accuracy=args.min_accuracy,
-        max_top_diffs=args.max_top_diffs, min_follow=args.min_follow, max_stay=args.max_stay,
-        max_p50_ms=args.max_p50_ms, memory_tolerance_mib=args.memory_tolerance_mib, timeout=args.timeout)
+        restart_prompt=args.restart_prompt, restarts=args.restarts, restart_timeout=args.restart_timeout,
+        over_cap_body=args.over_cap_body, flood=args.flood, flood_body=args.flood_body, max_p50_ms=args.max_p50_ms,
+        memory_tolerance_mib=args.memory_tolerance_mib, timeout=args.timeout,
+        client_host=args.client_host or platform.node(), client_host_given=args.client_host is not None)

@@ -1,12 +1,18 @@
-"""Check results and the two report files rendered from them."""
+"""Check results and the two report files rendered from them.
+
+A check is pass, fail, inconclusive (it ran, nothing failed, but on data or a setup that cannot decide it: fewer
+rows than the contract's set, no restart, too few requests) or not_run. Only pass proves anything.
+"""
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass, field
 
-PASS, FAIL, NOT_RUN = "pass", "fail", "not_run"
-STATUSES = (PASS, FAIL, NOT_RUN)
+PASS, FAIL, INCONCLUSIVE, NOT_RUN = "pass", "fail", "inconclusive", "not_run"
+STATUSES = (PASS, FAIL, INCONCLUSIVE, NOT_RUN)
+# The exit status: every selected check passed, one failed, or none failed but one did not pass.
+EXIT_PASSED, EXIT_FAILED, EXIT_UNPROVEN = 0, 1, 3
 
 
 @dataclass
@@ -33,17 +39,33 @@ class CheckResult:
 class Report:
     meta: dict
     checks: list[CheckResult]
+    selected: tuple[int, ...] | None = None  # None: every check in the report
+
+    def chosen(self) -> list[CheckResult]:
+        return [check for check in self.checks if self.selected is None or check.number in self.selected]
 
     def summary(self) -> dict:
-        return {status: sum(1 for check in self.checks if check.status == status) for status in STATUSES}
+        """Every status counted over the selected checks."""
+        return {status: sum(1 for check in self.chosen() if check.status == status) for status in STATUSES}
+
+    def verdict(self) -> str:
+        summary = self.summary()
+        if summary[FAIL]:
+            return "not accepted: a check failed"
+        if summary[INCONCLUSIVE] or summary[NOT_RUN]:
+            return "not proven: a selected check did not pass"
+        return "every selected check passed"
 
     def as_dict(self) -> dict:
-        return {"meta": self.meta, "summary": self.summary(),
+        return {"meta": self.meta, "summary": self.summary(), "verdict": self.verdict(),
                 "checks": {str(check.number): check.as_dict() for check in self.checks}}
 
 
 def exit_code(report: Report) -> int:
-    return 1 if any(check.status == FAIL for check in report.checks) else 0
+    statuses = {check.status for check in report.chosen()}
+    if FAIL in statuses:
+        return EXIT_FAILED
+    return EXIT_PASSED if statuses <= {PASS} else EXIT_UNPROVEN
 
 
 def _finite(value):
@@ -115,13 +137,18 @@ def _escape_cell(text: str | None) -> str:
     return "" if text is None else text.replace("|", "\\|").replace("\n", " ")
 
 
+def headline(summary: dict) -> str:
+    return (f"{summary[PASS]} pass, {summary[FAIL]} fail, {summary[INCONCLUSIVE]} inconclusive, "
+            f"{summary[NOT_RUN]} not run")
+
+
 def render_markdown(report: Report) -> str:
     meta = report.meta
     summary = report.summary()
     lines = ["# Acceptance report", ""]
     lines.extend(f"- {key}: {_scalar(value)}" for key, value in meta.items() if not isinstance(value, dict))
     lines.append("")
-    lines.append(f"**{summary[PASS]} pass, {summary[FAIL]} fail, {summary[NOT_RUN]} not run.**")
+    lines.append(f"**{headline(summary)}: {report.verdict()}.**")
     lines.extend(["", "| # | check | status | reason |", "|---|---|---|---|"])
     for check in report.checks:
         lines.append(f"| {check.number} | {check.title} | {check.status.upper()} | {_escape_cell(check.reason)} |")

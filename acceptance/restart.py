@@ -43,3 +43,30 @@ def wait_healthy(service: Service, timeout: float, poll_seconds: float = 0.5):
             return None, time.monotonic() - started
         service.close()
         time.sleep(poll_seconds)
+
+
+def boot_id(health: object) -> str | None:
+    """The model process's boot id in a /health body, or None when the service does not report one."""
+    model = health.get("model") if isinstance(health, dict) else None
+    value = model.get("boot_id") if isinstance(model, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def wait_new_process(service: Service, timeout: float, known: set[str], poll_seconds: float = 0.5):
+    """Poll /health until it answers 200 naming a model process (boot id) not in known.
+
+    Returns (reply or None, seconds waited, the last boot id seen). The shim re-reads the model's facts every few
+    seconds, so right after a restart /health may still name the old process for a moment.
+    """
+    started = time.monotonic()
+    last = None
+    while True:
+        reply = service.health()
+        if reply.status == 200:
+            last = boot_id(reply.body)
+            if last is not None and last not in known:
+                return reply, time.monotonic() - started, last
+        if time.monotonic() - started >= timeout:
+            return None, time.monotonic() - started, last
+        service.close()
+        time.sleep(poll_seconds)

@@ -1,8 +1,10 @@
 """Labelled rows and reference predictions: the JSONL files the kit reads, and the negative control's rotation.
 
-A row is one line: {"set", "id", "state", "question", "options": [{"id", "description"}, ...], "label"}, where
-label is the id of the correct option. A reference line is {"id", "top", "probabilities"}, the probabilities
-either an object keyed by option id or a list in the row's option order.
+A row is one line: {"suites", "set", "id", "state", "question", "options": [{"id", "description"}, ...], "label"},
+where label is the id of the correct option and suites names the bench's sets the row belongs to (pooled, wyrd,
+negative; a row may be in several). A reference line is {"id", "top", "probabilities"}, the probabilities either
+an object keyed by option id or a list in the row's option order. acceptance/convert.py writes both from the
+bench's own files.
 """
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .bench import SUITES
 
 
 class DataError(ValueError):
@@ -24,6 +28,7 @@ class Row:
     question: str
     options: tuple[tuple[str, str], ...]  # (option id, description), in the row's order
     label: str
+    suites: frozenset[str] = frozenset()  # the bench's sets it belongs to
 
     @property
     def option_ids(self) -> list[str]:
@@ -82,7 +87,19 @@ def parse_row(record: dict, where: str) -> Row:
     if state in (None, "", {}, []):
         raise DataError(f"{where}: 'state' must be a nonempty string, object or array")
     return Row(set=_nonempty_string(record, "set", where), id=_nonempty_string(record, "id", where), state=state,
-               question=_nonempty_string(record, "question", where), options=tuple(pairs), label=label)
+               question=_nonempty_string(record, "question", where), options=tuple(pairs), label=label,
+               suites=_suites(record.get("suites"), where))
+
+
+def _suites(value: object, where: str) -> frozenset[str]:
+    if (not isinstance(value, list) or not value or not all(isinstance(name, str) for name in value)
+            or not set(value) <= set(SUITES)):
+        raise DataError(f"{where}: 'suites' must be a nonempty list of {', '.join(SUITES)}")
+    return frozenset(value)
+
+
+def in_suite(rows: list[Row], suite: str) -> list[Row]:
+    return [row for row in rows if suite in row.suites]
 
 
 def parse_rows(lines: Iterable[str], source: str) -> list[Row]:
@@ -143,4 +160,4 @@ def rotate_descriptions(row: Row, places: int = 1) -> Row:
     count = len(ids)
     moved = [descriptions[(index - places) % count] for index in range(count)]
     return Row(set=row.set, id=row.id, state=row.state, question=row.question,
-               options=tuple(zip(ids, moved)), label=row.label)
+               options=tuple(zip(ids, moved)), label=row.label, suites=row.suites)

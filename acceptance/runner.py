@@ -41,7 +41,8 @@ def run(options: Options, progress=None) -> Report:
     started = time.monotonic()
     meta = {"started": _now(), "url": options.url, "metrics_url": options.metrics_url,
             "checks_selected": ",".join(map(str, options.checks)), "n": options.n,
-            "python": platform.python_version(), "host": platform.node()}
+            "python": platform.python_version(), "host": options.client_host,
+            "host_is": "named with --client-host" if options.client_host_given else "this machine's name"}
     ctx = Context(options, service)
     meta["health_status"] = ctx.health.status
     results = []
@@ -61,7 +62,7 @@ def run(options: Options, progress=None) -> Report:
     meta["seconds"] = round(time.monotonic() - started, 3)
     if isinstance(ctx.health.body, dict):
         meta["health"] = ctx.health.body
-    return Report(meta, results)
+    return Report(meta, results, options.checks)
 
 
 def log(message: str) -> None:

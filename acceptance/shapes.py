@@ -13,8 +13,18 @@ FILLER_HEAD = "Case log."
 FILLER_SENTENCE = "Entry {n}: the order was checked, the parcel was weighed and a note was filed for review."
 
 # Our production shapes and the upstream anchor (one state, three questions, 289 prompt tokens).
-LONG_STATE_TOKENS = 3900
+LONG_STATE_TOKENS = 3900  # the state's own tokens, the contract's "~3,900-token state"
 ANCHOR_TOKENS = 289
+# The 21 binary criteria run over a state as long as the bench's shape777 states (about 8,000 characters).
+REALISTIC_STATE_CHARS = 8000
+_CASE_LINES = (
+    "{day}: the customer wrote that order {order} arrived {days} days late and the box was {state}.",
+    "{day}: support checked the carrier's scan history for order {order}; the last scan was at depot {depot}.",
+    "{day}: a refund of {amount} EUR was requested for order {order}; the payment was made by {method}.",
+    "{day}: the warehouse confirmed that {items} items of order {order} were packed and weighed at {weight} kg.",
+    "{day}: the customer asked whether a replacement can be sent before {deadline}, citing an event.",
+    "{day}: a note was added that the account has {orders} earlier orders and {claims} earlier claims.",
+)
 
 
 def binary_criteria(count: int, prefix: str = "c") -> list[dict]:
@@ -26,6 +36,20 @@ def binary_criteria(count: int, prefix: str = "c") -> list[dict]:
 def filler_state(units: int) -> str:
     """A state text that grows by one sentence per unit; never empty."""
     return " ".join([FILLER_HEAD, *(FILLER_SENTENCE.format(n=n) for n in range(units))])
+
+
+def realistic_state(chars: int = REALISTIC_STATE_CHARS) -> str:
+    """A support case log of about `chars` characters whose lines vary in wording, numbers and names."""
+    lines = ["Case 48213, opened by the customer through the web form; history follows in order."]
+    n = 0
+    while sum(len(line) + 1 for line in lines) < chars:
+        lines.append(_CASE_LINES[n % len(_CASE_LINES)].format(
+            day=f"Day {n // 3 + 1}", order=f"A-{70211 + n * 7}", days=n % 9 + 1,
+            state=("dented", "wet", "intact", "open")[n % 4], depot=("Lyon", "Ghent", "Porto", "Brno")[n % 4],
+            amount=f"{19.5 + n * 3.25:.2f}", method=("card", "transfer", "voucher")[n % 3], items=n % 5 + 1,
+            weight=f"{1.2 + n * 0.35:.2f}", deadline=f"the {n % 27 + 1}th", orders=n + 3, claims=n % 4))
+        n += 1
+    return "\n".join(lines)
 
 
 def shared_body(state: object, decisions: list[dict]) -> dict:
@@ -55,10 +79,15 @@ class Growth:
     tokens: int = 0
     reached: bool = False
     probes: list[tuple[int, int | None]] = field(default_factory=list)
+    floor_tokens: int | None = None  # set when tokens count the state's own: the call's tokens over the least state
 
     def as_numbers(self) -> dict:
-        return {"target_tokens": self.target, "tolerance": self.tolerance, "tokens": self.tokens,
-                "filler_units": self.units, "reached": self.reached, "probes": len(self.probes)}
+        numbers = {"target_tokens": self.target, "tolerance": self.tolerance, "tokens": self.tokens,
+                   "filler_units": self.units, "reached": self.reached, "probes": len(self.probes)}
+        if self.floor_tokens is not None:
+            numbers = {"counts": "the state's own tokens (the call's input tokens less those over the "
+                                 "smallest state)", **numbers, "call_tokens_over_smallest_state": self.floor_tokens}
+        return numbers
 
 
 def grow(measure: Callable[[int], int | None], target: int, tolerance: int, max_probes: int = 16,

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEALTH_INTERVAL_SECONDS = 0.05
-VARYING_TIMING = ("total_seconds", "inference_seconds")
+VARYING_TIMING = ("total_seconds", "queue_seconds", "inference_seconds")
 
 
 def client_request(client: int) -> dict:

@@ -137,9 +137,12 @@ def main(argv=None) -> int:
         print(f"{size / mib:8.2f} MiB  {name}")
     print(f"{manifest['carry_bytes'] / mib:8.2f} MiB  carried ({args.dest})")
     print(f"{manifest['repository_bytes'] / mib:8.2f} MiB  repository")
-    print(f"{manifest['total_bytes'] / mib:8.2f} MiB  together (allowed {carry.TARGET_BYTES / mib:.0f} MiB; "
-          f"the machine takes {carry.LIMIT_BYTES / mib:.0f})")
-    if manifest["total_bytes"] > carry.TARGET_BYTES:
+    print(f"{manifest['total_bytes'] / mib:8.2f} MiB  together (the machine takes {carry.LIMIT_BYTES / mib:.0f}; "
+          f"the carry alone may have {carry.TARGET_BYTES / mib:.0f})")
+    if manifest["total_bytes"] > carry.LIMIT_BYTES:
+        print("over the limit: the carry and the repository do not fit", file=sys.stderr)
+        return 1
+    if manifest["carry_bytes"] > carry.TARGET_BYTES:
         print("over the allowance: the carry leaves the repository no room to grow", file=sys.stderr)
         return 1
     return 0

@@ -3,8 +3,9 @@
 The GPU check rehearsed on a CPU machine shaped like the GPU machine, so that the check's first run there works:
 
 1. **base**: a Python 3.12 virtual environment holding what the GPU machine's own interpreter holds and the check
-   meets there: torch 2.11.0 and transformers 5.17.0 installed in the base, numpy 2, a current scipy and
-   scikit-learn (BASE_REQUIREMENTS). Built once under --work and reused while the requirements are unchanged.
+   meets there: torch 2.11.0, torchvision 0.26.0 and transformers 5.17.0 installed in the base, numpy 2, a current
+   scipy and scikit-learn, pandas, OpenCV, pillow and accelerate (BASE_REQUIREMENTS). Built once under --work and
+   reused while the requirements are unchanged.
 2. **carry**: `python -m gpucheck.collect` writes .carry/ (the only step that uses the network).
 3. **copy**: the checkout laid out as the GPU machine receives it: tracked files, untracked files git does not
    ignore, and .carry/; nothing else (no .venv, no .cache).
@@ -33,22 +34,30 @@ from pathlib import Path
 from gpucheck.carry import DEFAULT_DIR, REPO_ROOT
 
 BASE_PYTHON = "3.12"
-BASE_REQUIREMENTS = ("torch==2.11.0", "transformers==5.17.0", "numpy>=2.5", "scipy", "scikit-learn")
+# The GPU machine's versions where transformers' imports reach them; what it has beside (pandas, OpenCV, pillow,
+# torchvision, accelerate) as current releases built for numpy 2.
+BASE_REQUIREMENTS = ("torch==2.11.0", "torchvision==0.26.0", "transformers==5.17.0", "numpy>=2.5", "scipy",
+                     "scikit-learn", "pandas", "opencv-python-headless", "pillow", "accelerate")
 DEVICE_ARGUMENTS = ("--device", "cpu", "--checkpoint", "synthetic-small")
 # What the GPU machine sends back of $OUT.
 RETURN_FILES, RETURN_FILE_BYTES, RETURN_TOTAL_BYTES, RETURN_DEPTH = 8, 16 * 1024 ** 2, 64 * 1024 ** 2, 2
 
 
 def find_python(version: str) -> str:
-    """An interpreter of that version: on PATH as python3.12, or the one pyenv has."""
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
+    """An interpreter of that version that runs: python3.12 on PATH, or one that pyenv installed."""
+    candidates = [shutil.which(f"python{version}")]
     try:
-        prefix = subprocess.run(["pyenv", "prefix", version], capture_output=True, text=True, check=True).stdout
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True).stdout.strip()
+        installed = sorted(Path(root, "versions").glob(f"{version}.*"), reverse=True)
+        candidates += [str(folder / "bin" / f"python{version}") for folder in installed]
     except (OSError, subprocess.CalledProcessError):
-        raise SystemExit(f"no Python {version}: put python{version} on PATH or install it with pyenv") from None
-    return str(Path(prefix.strip().splitlines()[-1]) / "bin" / f"python{version}")
+        pass
+    for candidate in filter(None, candidates):
+        done = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return candidate
+    raise SystemExit(f"no Python {version}: put python{version} on PATH or install it with pyenv")
 
 
 def build_base(work: Path) -> Path:
@@ -60,7 +69,7 @@ def build_base(work: Path) -> Path:
     if base.exists():
         shutil.rmtree(base)
     interpreter = find_python(BASE_PYTHON)
-    subprocess.run([interpreter, "-m", "venv", str(base)], check=True, env={**os.environ, "PYENV_VERSION": ""})
+    subprocess.run([interpreter, "-m", "venv", str(base)], check=True)
     subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
                     *BASE_REQUIREMENTS], check=True)
     stamp.write_text(wanted)

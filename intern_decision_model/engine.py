@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import uuid
+from datetime import datetime, timezone
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
@@ -113,6 +115,7 @@ class ServingEngine:
 
     @classmethod
     def start(cls, settings: Settings, device: str, torch: Any = None) -> "ServingEngine":
+        started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         set_offline()
         if not settings.pinned:
             log.warning("UNPINNED: %s override the contract's pins (INTERN_DECISION_ALLOW_UNPINNED=1); "
@@ -169,6 +172,8 @@ class ServingEngine:
             linear_attention=kernels.linear_attention,
             slow_kernels_allowed=settings.allow_slow_kernels,
             pinned=settings.pinned,
+            boot_id=uuid.uuid4().hex,
+            started_at=started_at,
         )
         log.info("serving %s", " ".join(f"{key}={value}" for key, value in facts.as_dict().items()))
         return cls(settings, device, module, engine, guard, facts)
@@ -199,6 +204,11 @@ class ServingEngine:
         """(reserved, allocated, peak reserved) bytes on the device; 0 on the CPU."""
         guard = self._guard
         return guard.reserved_bytes(), guard.allocated_bytes(), guard.peak_reserved_bytes()
+
+    @property
+    def memory_baseline(self) -> int:
+        """Reserved bytes after the warm-up, what a call's memory returns to (0 on the CPU)."""
+        return self._guard.baseline or 0
 
     def answer(self, request: dict) -> dict:
         """predict()'s output unchanged, plus prompt_sha256, prompt_version and the model facts."""

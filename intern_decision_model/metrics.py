@@ -4,8 +4,9 @@ intern_decision_calls_total{outcome}            calls by outcome: ok, invalid, o
 intern_decision_input_tokens                    histogram of the prompt length of scored calls
 intern_decision_inference_seconds               histogram of the model's time per call: decoding the call,
                                                 predict(), the prompt hash and encoding the answer
-intern_decision_gpu_memory_bytes{kind}          reserved / allocated after the last call, and peak_reserved since
-                                                startup (0 on the CPU)
+intern_decision_gpu_memory_bytes{kind}          reserved / allocated after the last call, peak_reserved since
+                                                startup, and baseline: reserved after the warm-up, what a call's
+                                                memory is released back to (all 0 on the CPU)
 intern_decision_model_info{...facts}            1, labelled with the pins and limits in force; the shim's /health
                                                 reads it from the metrics port and never waits behind an inference
 
@@ -38,7 +39,8 @@ class CallRecord:
 
 
 class ModelMetrics:
-    def __init__(self, pb_utils: Any, model: str, facts: ModelFacts, read_memory: Callable[[], tuple[int, ...]]):
+    def __init__(self, pb_utils: Any, model: str, facts: ModelFacts, read_memory: Callable[[], tuple[int, ...]],
+                 baseline_bytes: int = 0):
         family = pb_utils.MetricFamily
         base = {"model": model}
         # The families must stay referenced: deleting one unregisters its series.
@@ -49,7 +51,8 @@ class ModelMetrics:
             family(name="intern_decision_inference_seconds", description="Seconds the model spent on a call",
                    kind=family.HISTOGRAM),
             family(name="intern_decision_gpu_memory_bytes",
-                   description="Device memory after the last call, and the peak reserved since startup",
+                   description="Device memory after the last call, the peak reserved since startup, and the "
+                               "reserved after the warm-up (baseline)",
                    kind=family.GAUGE),
             family(name=INFO_METRIC, description="The pins and limits in force", kind=family.GAUGE),
         ]
@@ -60,6 +63,8 @@ class ModelMetrics:
         self._memory = [memory.Metric(labels={**base, "kind": kind}) for kind in MEMORY_KINDS]
         self._memory_shown: tuple[int, ...] | None = None
         self._read_memory = read_memory
+        self._baseline = memory.Metric(labels={**base, "kind": "baseline"})  # kept referenced, like the families
+        self._baseline.set(baseline_bytes)
         info.Metric(labels={**base, **facts.to_labels()}).set(1)
         self._queue: queue.SimpleQueue[list[CallRecord] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._apply_queued, name="intern-decision-metrics", daemon=True)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import NamedTuple
 
 from wire.answer import CallAnswer
 
@@ -10,24 +12,34 @@ from .metrics import ShimMetrics
 from .model import Model
 
 
+class Ran(NamedTuple):
+    answers: list[CallAnswer]
+    queue_seconds: float  # waiting for the lock (INV-2) behind other requests
+    scoring_started: float  # perf_counter() once the lock was held: semif's total_seconds runs from here
+
+
 class CallRunner:
     def __init__(self, model: Model, metrics: ShimMetrics, lock: asyncio.Lock):
         self._model = model
         self._metrics = metrics
         self._lock = lock
 
-    async def run(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
-        """The calls' answers in order, as one inference request; ModelFailure for the first call that fails."""
+    async def run(self, requests: list[dict], request_id: str) -> Ran:
+        """The calls' answers in order, as one inference request, and how long the lock was waited for;
+        ModelFailure for the first call that fails."""
         self._metrics.calls_per_request.observe(len(requests))
         self._metrics.queued.inc()
+        queued_at = time.perf_counter()
         try:
             await self._lock.acquire()
         finally:
             self._metrics.queued.dec()
+        scoring_started = time.perf_counter()
         try:
-            return await self._model.predict_calls(requests, request_id)
+            answers = await self._model.predict_calls(requests, request_id)
         except ModelFailure as failure:
             self._metrics.triton_error(failure.failure)
             raise
         finally:
             self._lock.release()
+        return Ran(answers, scoring_started - queued_at, scoring_started)

@@ -7,7 +7,7 @@ from typing import Any
 
 from wire.answer import CallAnswer
 
-from .calls import CallRunner
+from .calls import CallRunner, Ran
 from .combining import averaged_result, ordering_result
 from .context import note_usage
 from .metrics import ShimMetrics
@@ -21,13 +21,12 @@ class DecisionService:
         self._runner = CallRunner(model, metrics, lock or asyncio.Lock())
         self._max_decisions = max_decisions
 
-    async def _score(self, state: Any, decisions: list[Decision],
-                     request_id: str) -> tuple[list[Call], list[CallAnswer]]:
+    async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], Ran]:
         calls = plan(decisions, self._max_decisions)
         note_usage(calls=len(calls))
-        answers = await self._runner.run([call.predict_request(state, decisions) for call in calls], request_id)
-        note_usage(input_tokens=sum(answer.input_tokens for answer in answers))
-        return calls, answers
+        ran = await self._runner.run([call.predict_request(state, decisions) for call in calls], request_id)
+        note_usage(input_tokens=sum(answer.input_tokens for answer in ran.answers))
+        return calls, ran
 
     @staticmethod
     def _results(decisions: list[Decision], calls: list[Call], answers: list[CallAnswer]) -> list[dict]:
@@ -41,23 +40,24 @@ class DecisionService:
                 for decision, results in zip(decisions, per_decision)]
 
     async def decide(self, state: Any, decision: Decision, request_id: str) -> dict:
-        started = time.perf_counter()
-        calls, answers = await self._score(state, [decision], request_id)
-        result = self._results([decision], calls, answers)[0]
+        calls, ran = await self._score(state, [decision], request_id)
+        result = self._results([decision], calls, ran.answers)[0]
         if decision.orderings == "none":
-            result["total_seconds"] = time.perf_counter() - started
-            result["forward_seconds"] = answers[0].inference_ms / 1000
+            result["total_seconds"] = time.perf_counter() - ran.scoring_started
+            result["queue_seconds"] = ran.queue_seconds
+            result["forward_seconds"] = ran.answers[0].inference_ms / 1000
         return result
 
     async def decide_shared(self, state: Any, decisions: list[Decision], request_id: str) -> dict:
-        started = time.perf_counter()
-        calls, answers = await self._score(state, decisions, request_id)
-        return {"results": self._results(decisions, calls, answers), "timing": self._timing(started, calls, answers)}
+        calls, ran = await self._score(state, decisions, request_id)
+        return {"results": self._results(decisions, calls, ran.answers), "timing": self._timing(calls, ran)}
 
     @staticmethod
-    def _timing(started: float, calls: list[Call], answers: list[CallAnswer]) -> dict:
+    def _timing(calls: list[Call], ran: Ran) -> dict:
+        answers = ran.answers
         return {
-            "total_seconds": time.perf_counter() - started,
+            "total_seconds": time.perf_counter() - ran.scoring_started,
+            "queue_seconds": ran.queue_seconds,
             "batch_size": sum(len(call.slots) for call in calls),
             "calls": len(calls),
             "questions_per_call": [len(call.slots) for call in calls],

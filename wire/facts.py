@@ -1,5 +1,6 @@
 """The model's facts: the pins, limits and kernels in force, typed, and how they travel as the info metric's labels.
 
+boot_id and started_at name the model process itself, so a caller can tell that a restart brought a new one.
 The model publishes them once it has started, as the labels of the gauge INFO_METRIC (value 1) on Triton's metrics
 port; the shim reads them from there for /health, so reading them never waits behind an inference.
 """
@@ -28,6 +29,8 @@ class ModelFacts:
     linear_attention: str  # the kernels the model's linear-attention layers run: fast | reference | mixed | unknown | none
     slow_kernels_allowed: bool
     pinned: bool  # false when the revision, inference.py hash or dtype was overridden (ALLOW_UNPINNED=1)
+    boot_id: str  # random, new each time a model process starts: a restart or reload shows as a new one
+    started_at: str  # when this model process started loading, UTC, ISO 8601
 
     def to_labels(self) -> dict[str, str]:
         return {field.name: _label(getattr(self, field.name)) for field in dataclasses.fields(self)}

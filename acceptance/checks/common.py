@@ -7,9 +7,10 @@ from pathlib import Path
 from ..client import Reply, Service, fetch_text
 from ..metrics import memory_bytes, parse_samples
 from ..options import Options
+from ..report import FAIL, INCONCLUSIVE, PASS
 from ..rows import DataError, Prediction, Row, parse_reference, parse_rows, read_lines
 from ..scoring import ScoredRun, score_rows
-from ..shapes import Growth, GrowthFailed, filler_state, grow, shared_body
+from ..shapes import LONG_STATE_TOKENS, Growth, GrowthFailed, binary_criteria, filler_state, grow, shared_body
 
 
 class CheckFailed(Exception):
@@ -38,13 +39,39 @@ class ProbeFailed(Exception):
 LIMIT_MARGIN = 16
 
 
+class Verdict:
+    """What a check found: failures (the service is wrong) and what kept it from proving anything (inconclusive).
+
+    A failure outranks an unproven point: whatever the data, a wrong answer is wrong.
+    """
+
+    def __init__(self):
+        self.failures: list[str] = []
+        self.unproven: list[str] = []
+
+    def fail(self, reason: str) -> None:
+        self.failures.append(reason)
+
+    def unprove(self, reason: str) -> None:
+        self.unproven.append(reason)
+
+    def result(self, numbers: dict) -> tuple[str, str | None, dict]:
+        if self.failures:
+            also = f"; inconclusive besides: {'; '.join(self.unproven)}" if self.unproven else ""
+            return FAIL, "; ".join(self.failures) + also, numbers
+        if self.unproven:
+            return INCONCLUSIVE, "; ".join(self.unproven), numbers
+        return PASS, None, numbers
+
+
 class Context:
     def __init__(self, options: Options, service: Service):
         self.options = options
         self.service = service
         self.health: Reply = service.health()
         self._rows: list[Row] | None = None
-        self._baseline: ScoredRun | None = None
+        self._first = ScoredRun()
+        self._first_scored: set[str] = set()
         self._grown: dict[tuple, tuple[str, Growth]] = {}
 
     # /health
@@ -79,15 +106,24 @@ class Context:
         except DataError as exc:
             raise CheckFailed(f"reference: {exc}") from None
 
-    def baseline(self) -> ScoredRun:
-        """The rows scored once as given; checks 1, 2 and 3 all start from this run."""
-        if self._baseline is None:
-            self._baseline = score_rows(self.service, self.rows())
-        return self._baseline
+    def first_scoring(self, rows: list[Row]) -> ScoredRun:
+        """These rows' first scoring as given, each row scored once however many checks ask (1, 2 and 3 start
+        from it)."""
+        missing = [row for row in rows if row.id not in self._first_scored]
+        if missing:
+            run = score_rows(self.service, missing)
+            self._first.predictions.update(run.predictions)
+            self._first.failures.update(run.failures)
+            self._first_scored.update(row.id for row in missing)
+        ids = {row.id for row in rows}
+        return ScoredRun({key: value for key, value in self._first.predictions.items() if key in ids},
+                         {key: value for key, value in self._first.failures.items() if key in ids})
 
     # metrics
 
     def memory(self) -> dict[str, float]:
+        if self.options.metrics_url is None:
+            raise NotRun("no --metrics-url given: the model's memory gauges cannot be read")
         try:
             text = fetch_text(self.options.metrics_url, self.options.timeout)
         except OSError as exc:
@@ -105,12 +141,22 @@ class Context:
             raise CheckFailed(f"{path}: the body must be a JSON object")
         return body
 
-    def grown_state(self, decisions: list[dict], target: int, tolerance: int, before_probe=None) -> tuple[str, Growth]:
+    def long_state(self) -> tuple[list[dict], str, Growth, bool]:
+        """Check 4's 16 criteria over a state of about 3,900 tokens of its own (the contract's shape), within
+        max_tokens: (criteria, state, growth of the state's tokens, whether the contract's size was reached)."""
+        criteria16 = binary_criteria(16)
+        state, growth = self.grown_state(criteria16, LONG_STATE_TOKENS, tolerance=50, state_tokens=True)
+        return criteria16, state, growth, growth.target == LONG_STATE_TOKENS and growth.reached
+
+    def grown_state(self, decisions: list[dict], target: int, tolerance: int, before_probe=None,
+                    state_tokens: bool = False) -> tuple[str, Growth]:
         """A filler state that brings a /decide/shared call of these decisions to about target input tokens.
 
+        state_tokens: the target counts the tokens the state adds over the smallest one (the call's input tokens
+        less those of the same call over the one-line state), and is lowered to what still fits max_tokens.
         Cached per (questions, target), so later checks reuse what an earlier one grew.
         """
-        key = (json.dumps(decisions, sort_keys=True), target, tolerance)
+        key = (json.dumps(decisions, sort_keys=True), target, tolerance, state_tokens)
         if key not in self._grown:
             refused: list[str] = []
 
@@ -126,7 +172,16 @@ class Context:
                 raise ProbeFailed(reply)
 
             try:
-                growth = grow(measure, target, tolerance)
+                if state_tokens:
+                    floor = measure(0)
+                    if floor is None:
+                        raise GrowthFailed("the smallest request of this shape is already refused as too long")
+                    fits = self.max_tokens() - LIMIT_MARGIN - floor
+                    growth = grow(lambda units: None if (tokens := measure(units)) is None else tokens - floor,
+                                  min(target, fits), tolerance)
+                    growth.floor_tokens = floor
+                else:
+                    growth = grow(measure, target, tolerance)
             except GrowthFailed as exc:
                 raise CheckFailed(f"{exc}: {refused[-1] if refused else ''}") from None
             self._grown[key] = (filler_state(growth.units), growth)

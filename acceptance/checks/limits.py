@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..client import NO_TOKEN, WRONG_TOKEN, Reply, Service
 from ..report import FAIL, PASS
-from ..shapes import LONG_STATE_TOKENS, binary_criteria, path_for, plain_body, shared_body
-from .common import LIMIT_MARGIN, CheckFailed, Context, ProbeFailed
+from ..shapes import binary_criteria, path_for, plain_body, shared_body
+from .common import CheckFailed, Context, ProbeFailed
 
 
 def unauthorized(ctx: Context) -> tuple[dict, list[str]]:
@@ -30,9 +30,8 @@ def flood_body(ctx: Context) -> tuple[str, dict, str]:
     if ctx.options.flood_body is not None:
         body = ctx.body_from_file(ctx.options.flood_body)
         return path_for(body), body, str(ctx.options.flood_body)
-    criteria16 = binary_criteria(16)
-    state, growth = ctx.grown_state(criteria16, min(LONG_STATE_TOKENS, ctx.max_tokens() - LIMIT_MARGIN), tolerance=50)
-    return "/decide/shared", shared_body(state, criteria16), f"16 questions, ~{growth.tokens} input tokens"
+    criteria16, state, growth, _ = ctx.long_state()
+    return "/decide/shared", shared_body(state, criteria16), f"16 questions over a state of ~{growth.tokens} tokens"
 
 
 def flood(service: Service, path: str, body: dict, count: int) -> list[Reply]:

@@ -263,7 +263,7 @@ def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pin
     assert after[count] - before.get(count, 0) == 6
     tokens = ("intern_decision_input_tokens_count", (("model", MODEL),))
     assert after[tokens] - before.get(tokens, 0) == 3
-    for kind in ("reserved", "allocated", "peak_reserved"):
+    for kind in ("reserved", "allocated", "peak_reserved", "baseline"):
         assert after[("intern_decision_gpu_memory_bytes", (("kind", kind), ("model", MODEL)))] == 0
     info = [labels for (name, labels) in after if name == "intern_decision_model_info"]
     assert len(info) == 1
@@ -273,6 +273,7 @@ def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pin
     # on the CPU the fast linear-attention kernels are neither expected nor refused
     assert (dict(info[0])["linear_attention"], dict(info[0])["slow_kernels_allowed"]) == ("reference", "false")
     assert dict(info[0])["pinned"] == "false"  # the fixture overrides the pins, with the opt-in
+    assert len(dict(info[0])["boot_id"]) == 32 and dict(info[0])["started_at"].endswith("+00:00")
 
 
 def refused_start(fixture_pins, tmp_path, **overrides) -> tuple[int, str]:

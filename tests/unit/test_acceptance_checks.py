@@ -73,19 +73,45 @@ def test_over_cap_that_fits_fails_and_says_how_to_make_it_not_fit(tmp_path):
     assert numbers["over_cap_reply"]["status"] == 200
 
 
-def test_over_cap_passes_when_memory_returns_and_the_service_answers(tmp_path):
-    readings = iter([5e9, 5.2e9, 5.1e9])
+def over_cap_context(tmp_path, readings, baseline=4.9e9, health=None):
+    readings = iter(readings)
     body_file = tmp_path / "body.json"
     body_file.write_text('{"id": "x", "state": "s", "question": "q", "options": []}')
 
     def answer(path, body, token):
         return error(503, "out_of_memory") if body["id"] == "x" else reply(200, {"top": "approve"})
 
-    ctx = context(tmp_path, answer, extra=["--over-cap-body", str(body_file)],
-                  memory=lambda: {"reserved": next(readings)})
+    def memory():
+        reserved = next(readings)
+        return {"reserved": reserved} if baseline is None else {"reserved": reserved, "baseline": baseline}
+
+    return context(tmp_path, answer, extra=["--over-cap-body", str(body_file)], memory=memory, health=health)
+
+
+def test_over_cap_passes_when_memory_returns_to_the_post_warm_up_baseline_and_the_service_answers(tmp_path):
+    # the reading just before the request (5.3e9) is above the baseline: the check compares with the baseline
+    ctx = over_cap_context(tmp_path, [5.3e9, 5.2e9, 5.1e9])
     status, reason, numbers = overcap.run(ctx)
     assert (status, reason) == ("pass", None)
-    assert numbers["above_baseline_mib"] == pytest.approx(0.2e9 / 2 ** 20, abs=0.1)
+    assert numbers["baseline_gib"] == pytest.approx(4.9e9 / 2 ** 30, abs=1e-3)
+    assert numbers["above_baseline_mib"] == pytest.approx(0.3e9 / 2 ** 20, abs=0.1)
+
+
+def test_over_cap_fails_when_memory_stays_above_the_baseline_plus_the_slack(tmp_path, monkeypatch):
+    monkeypatch.setattr(overcap, "SETTLE_SECONDS", 0.0)
+    ctx = over_cap_context(tmp_path, [5.0e9, 6.0e9, 6.0e9], baseline=5.0e9)
+    status, reason, numbers = overcap.run(ctx)
+    assert status == "fail" and "above the post-warm-up baseline (release slack 512 MiB)" in reason
+    assert numbers["normal_request_status"] == 200
+
+
+def test_over_cap_without_the_models_baseline_gauge_or_on_the_cpu_is_inconclusive(tmp_path):
+    status, reason, _ = overcap.run(over_cap_context(tmp_path, [5e9, 5e9, 5e9], baseline=None))
+    assert status == "inconclusive" and "exports no post-warm-up baseline" in reason
+    cpu = over_cap_context(tmp_path, [0.0, 0.0, 0.0], baseline=0.0, health={**HEALTH, "model": {"device": "cpu"}})
+    status, reason, numbers = overcap.run(cpu)
+    assert status == "inconclusive" and "read 0" in reason
+    assert numbers["over_cap_reply"]["status"] == 503 and numbers["normal_request_status"] == 200
 
 
 def test_chunking_fails_when_a_chunked_answer_differs(tmp_path):
@@ -136,15 +162,15 @@ def test_a_401_without_the_envelope_fails(tmp_path):
     assert status == "fail" and "not 401 unauthorized" in reason
 
 
-def test_stability_without_a_restart_option_reports_that_phase_not_run(tmp_path):
+def test_stability_on_the_smoke_rows_without_a_restart_is_inconclusive_never_pass(tmp_path):
     def answer(path, body, token):
         ids = [option["id"] for option in body["options"]]
         return reply(200, {"option_ids": ids, "probabilities": [1 / len(ids)] * len(ids), "top": ids[0]})
 
     status, reason, numbers = stability.run(context(tmp_path, answer))
-    assert (status, reason) == ("pass", None)
-    assert numbers["across_restart"] == {"status": "not_run",
-                                         "reason": "no --restart-command or --restart-prompt given"}
+    assert status == "inconclusive"
+    assert "row(s), not the contract's 259" in reason and "no restart" in reason
+    assert numbers["within_process"]["label_flips"] == 0 and numbers["across_restarts"] == []
 
 
 def test_vram_is_not_run_on_the_cpu_and_when_memory_reads_zero(tmp_path):

@@ -13,7 +13,7 @@ from acceptance.compare import (accuracy, chunk_differences, compare_predictions
                                 rotation_outcome)
 from acceptance.memory import GIB, parse_nvidia_smi, suggest_cap_gib
 from acceptance.metrics import memory_bytes, parse_samples
-from acceptance.options import DEFAULT_MAX_STAY, DEFAULT_MIN_ACCURACY, DEFAULT_MIN_FOLLOW, parse_options
+from acceptance.options import parse_options
 from acceptance.report import CheckResult, Report, exit_code, render_json, render_markdown
 from acceptance.rows import DataError, Prediction, parse_reference, parse_rows, rotate_descriptions
 from acceptance.shapes import GrowthFailed, filler_state, grow, path_for
@@ -23,7 +23,7 @@ KIT = Path(__file__).resolve().parents[2] / "acceptance"
 
 
 def row_line(row_id="r1", set_name="s", options=("a", "b", "c"), label="a", **extra) -> str:
-    record = {"set": set_name, "id": row_id, "state": {"k": 1}, "question": "Which?",
+    record = {"suites": ["pooled"], "set": set_name, "id": row_id, "state": {"k": 1}, "question": "Which?",
               "options": [{"id": o, "description": f"desc {o}"} for o in options], "label": label, **extra}
     return json.dumps(record)
 
@@ -75,6 +75,8 @@ def test_rows_parse_with_their_options_in_order():
     (row_line(options=("a", "a")), "option ids must be unique"),
     (row_line(state=""), "'state' must be a nonempty"),
     (json.dumps({"id": "r"}), "'options' must be a list"),
+    (row_line(suites=[]), "'suites' must be a nonempty list of pooled, wyrd, negative"),
+    (row_line(suites=["bench"]), "'suites' must be"),
     ("[1, 2]", "each line must be a JSON object"),
     ("{not json", "not JSON"),
 ])
@@ -91,10 +93,11 @@ def test_duplicate_row_ids_and_empty_files_are_refused():
         rows_of("", "  ")
 
 
-def test_bundled_smoke_rows_parse_across_two_sets():
+def test_bundled_smoke_rows_parse_across_two_sets_and_every_suite():
     rows = parse_rows((KIT / "data" / "smoke_rows.jsonl").read_text(encoding="utf-8").splitlines(), "smoke")
     assert 6 <= len(rows) <= 10
     assert {row.set for row in rows} == {"everyday", "support"}
+    assert set().union(*(row.suites for row in rows)) == {"pooled", "wyrd", "negative"}
 
 
 def test_reference_takes_an_object_or_a_list_in_row_order():
@@ -293,7 +296,7 @@ def sample_report() -> Report:
 def test_report_renders_markdown_with_a_summary_and_a_latency_table():
     markdown = render_markdown(sample_report())
     assert markdown.startswith("# Acceptance report")
-    assert "**1 pass, 1 fail, 1 not run.**" in markdown
+    assert "**1 pass, 1 fail, 0 inconclusive, 1 not run: not accepted: a check failed.**" in markdown
     assert "| 1 | Positive control | FAIL | accuracy 0.5 \\| low |" in markdown
     assert "| one | /decide | 374 | 4 | 0 | 13.5 / 14.1 / 14.2 | — | 9.4 / 9.7 / 9.8 |" in markdown
     assert "## 5. VRAM: NOT_RUN" in markdown and "Reason: the model runs on the CPU" in markdown
@@ -304,14 +307,20 @@ def test_report_json_has_every_check_keyed_by_number_and_no_nan():
     data = json.loads(render_json(sample_report()))
     assert sorted(data["checks"]) == ["1", "4", "5"]
     assert data["checks"]["1"]["numbers"]["ratio"] is None
-    assert data["summary"] == {"pass": 1, "fail": 1, "not_run": 1}
+    assert data["summary"] == {"pass": 1, "fail": 1, "inconclusive": 0, "not_run": 1}
+    assert data["verdict"] == "not accepted: a check failed"
 
 
-def test_exit_code_is_zero_only_without_failures():
+def test_exit_code_is_zero_only_when_every_selected_check_passed():
     report = sample_report()
     assert exit_code(report) == 1
     report.checks = [check for check in report.checks if check.status != "fail"]
-    assert exit_code(report) == 0
+    assert exit_code(report) == 3 and report.verdict().startswith("not proven")
+    report.selected = (4,)
+    assert exit_code(report) == 0 and report.summary() == {"pass": 1, "fail": 0, "inconclusive": 0, "not_run": 0}
+    report.checks.append(CheckResult(1, "positive_control", "Positive control", "inconclusive", "8 rows"))
+    report.selected = (1, 4)
+    assert exit_code(report) == 3 and report.summary()["inconclusive"] == 1
 
 
 def test_a_check_that_did_not_pass_needs_a_reason():
@@ -329,13 +338,15 @@ def test_options_read_the_token_file_and_the_checks(tmp_path):
     options = parse_options(["--url", "http://h:1", "--token-file", str(token_file), "--metrics-url", "http://h:2/m",
                              "--checks", "8,4,5", "--n", "20", "--out", str(tmp_path / "out")])
     assert options.token == "secret-token" and options.checks == (4, 5, 8) and options.n == 20
-    assert options.min_accuracy == DEFAULT_MIN_ACCURACY == pytest.approx(240 / 259 - 0.04, abs=1e-4)
-    assert DEFAULT_MIN_FOLLOW == pytest.approx(122 / 144 - 0.04, abs=1e-4)
-    assert DEFAULT_MAX_STAY == pytest.approx(10 / 144 + 0.04, abs=1e-4)
     assert options.restart_command is None and not options.restart_prompt and options.flood == 64
+    assert options.restarts == 1 and options.client_host and not options.client_host_given
+    caller = parse_options(["--url", "http://h:1", "--token", "t", "--checks", "4", "--client-host", "nh3-dev",
+                            "--out", str(tmp_path)])
+    assert (caller.client_host, caller.client_host_given, caller.metrics_url) == ("nh3-dev", True, None)
 
 
-@pytest.mark.parametrize("extra", [["--checks", "0,1"], ["--checks", "x"], ["--n", "0"],
+@pytest.mark.parametrize("extra", [["--checks", "0,1"], ["--checks", "x"], ["--n", "0"], ["--restarts", "0"],
+                                   ["--min-accuracy", "0.5"],
                                    ["--restart-command", "true", "--restart-prompt"]])
 def test_bad_options_are_usage_errors(tmp_path, extra):
     with pytest.raises(SystemExit) as info:

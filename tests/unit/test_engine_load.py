@@ -2,7 +2,9 @@
 import ast
 import hashlib
 import json
+import re
 import sys
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -40,6 +42,17 @@ def test_a_good_checkpoint_starts_and_reports_its_pins(tmp_path, torch):
     assert engine.facts.device == "cuda:0" and engine.facts.dtype == "float32"
     assert engine.facts.pinned is False
     assert ("engine constructed", "cuda:0", "float32", 8192) in torch.events
+
+
+def test_each_start_is_a_new_model_process_with_a_boot_id_and_start_time(tmp_path, torch):
+    snapshot, sha256 = write_checkpoint(tmp_path)
+    before = datetime.now(timezone.utc)
+    first = ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch).facts
+    second = ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch).facts
+    assert re.fullmatch(r"[0-9a-f]{32}", first.boot_id) and first.boot_id != second.boot_id
+    started = [datetime.fromisoformat(facts.started_at) for facts in (first, second)]
+    assert before - timedelta(seconds=1) <= started[0] <= started[1] <= datetime.now(timezone.utc)
+    assert started[0].utcoffset() == timedelta(0)
 
 
 def test_offline_mode_is_set_before_the_checkpoints_code_runs(tmp_path, torch, monkeypatch):
@@ -184,7 +197,7 @@ def test_baseline_is_taken_after_the_warm_up_and_an_oom_is_reported(tmp_path, to
     snapshot, sha256 = write_checkpoint(tmp_path)
     torch.cuda.reserved = 9 * GIB
     engine = ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
-    assert engine._guard.baseline == 9 * GIB
+    assert engine._guard.baseline == engine.memory_baseline == 9 * GIB
     torch.events.clear()
 
     def out_of_memory(request):

@@ -134,3 +134,15 @@ def test_a_log_too_large_keeps_its_tail_and_the_report_says_so(monkeypatch, tmp_
     with tarfile.open(tmp_path / "x.tar.gz") as opened:
         assert opened.extractfile("gpucheck-files/big.log").read() == b"abcdefghij"
         assert opened.extractfile("gpucheck-files/small.json").read() == b"{}"
+
+
+def test_the_operators_page_gives_the_budgets_in_force():
+    import re
+
+    from gpucheck.carry import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "gpu-check.md").read_text()
+    documented = {name: int(seconds) for name, seconds in re.findall(r"^\| `(\w+)` \| .* \| (\d+) \|$", page, re.M)}
+    assert documented == check.BUDGETS["gpu"]
+    essential = sum(check.BUDGETS["gpu"][spec.name] for spec in check.STEPS if spec.essential)
+    assert f"| {essential} |" in page and f"{essential + check.RESERVE_SECONDS:.0f} ≤ {check.DEADLINES['gpu']:.0f}" in page

@@ -64,3 +64,18 @@ def test_what_would_not_come_back_from_the_gpu_machine(tmp_path):
     (deep / "d.txt").write_text("x")
     problems = rehearse.what_comes_back(tmp_path)
     assert problems == ["10 files, at most 8 come back", "a/b/c/d.txt is deeper than 2 folders"]
+
+
+def test_the_carry_holds_every_package_of_the_shim_but_the_one_the_gpu_machine_has():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from gpucheck import carry
+    from tests.unit.deploy_files import REPO
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    shim = {Requirement(text).name for text in extras["shim"]}
+    carried = {Requirement(text).name for text in carry.SERVICE_REQUIREMENTS}
+    assert shim - carried == {"uvloop"}  # on the GPU machine already; uvicorn runs asyncio's loop without it
+    assert "numpy" in carried  # numpy<2 for the python backend stub

@@ -84,6 +84,16 @@ def test_kit_statuses_are_read_from_a_mapping_or_a_list():
                            "http://m/metrics", "--checks", "4,7", "--n", "3", "--out", str(carry.REPO_ROOT / "o")]
 
 
+def test_a_kit_run_with_nothing_failed_but_something_unproven_is_not_a_failure():
+    def report(*statuses):
+        return {"checks": {str(n): {"status": status} for n, status in enumerate(statuses, start=4)}}
+
+    assert acceptance_kit.unproven_only(report("inconclusive", "pass", "pass"))
+    assert acceptance_kit.unproven_only(report("pass", "not_run"))
+    assert not acceptance_kit.unproven_only(report("inconclusive", "fail"))
+    assert not acceptance_kit.unproven_only(report("pass", "pass"))
+
+
 def test_latency_rows_put_service_and_inprocess_side_by_side():
     steps = {
         "shapes": {"data": {"shapes": {"anchor": {"title": "anchor", "tokens": [289], "timed": True},

@@ -9,7 +9,7 @@ from wire.facts import ModelFacts
 FACTS = ModelFacts(name="Fake-Decision", repo="internlm/Intern-Decision-4B", revision="f" * 40,
                    inference_sha256="e" * 64, prompt_version="inference.py@sha256:eeeeeeeeeeeeeeee", dtype="bfloat16",
                    device="cuda:0", vram_cap_gib=None, max_tokens=8192, vision_tower="removed", fla_version="0.5.2", causal_conv1d_version="1.7.0", linear_attention="fast", slow_kernels_allowed=False,
-                   pinned=True)
+                   pinned=True, boot_id="b" * 32, started_at="2026-05-04T10:11:12.345+00:00")
 
 
 class FakeMetric:
@@ -80,6 +80,15 @@ def test_the_info_gauge_carries_the_facts_as_labels(pb):
     assert info.value == 1
     assert info.labels == {"model": "intern_decision", **FACTS.to_labels()}
     assert info.labels["vram_cap_gib"] == ""
+
+
+def test_the_post_warm_up_baseline_is_a_memory_kind_set_at_startup(pb):
+    metrics = ModelMetrics(pb, "intern_decision", FACTS, lambda: (12, 5, 20), baseline_bytes=9)
+    assert pb.find("intern_decision_gpu_memory_bytes", kind="baseline").value == 9
+    metrics.record([CallRecord("ok", 0.01, 10)])
+    metrics.close()
+    assert pb.find("intern_decision_gpu_memory_bytes", kind="baseline").value == 9
+    assert pb.find("intern_decision_gpu_memory_bytes", kind="reserved").value == 12
 
 
 def test_a_failing_update_does_not_stop_the_metrics(pb):

@@ -498,3 +498,19 @@ async def test_health_answers_while_a_call_is_blocked(client, model):
     assert not blocked.done()
     model.gate.set()
     assert (await blocked).status_code == 200
+
+
+@pytest.mark.parametrize("path, body", [("/decide", decide_body()), ("/decide/shared", shared_body(1))])
+async def test_total_seconds_excludes_the_wait_for_the_lock_which_is_queue_seconds(client, model, path, body):
+    model.gate = asyncio.Event()
+    first = asyncio.create_task(client.post("/decide", json=decide_body(state="first"), headers=AUTH))
+    while not model.calls:
+        await asyncio.sleep(0.001)
+    queued = asyncio.create_task(client.post(path, json=body, headers=AUTH))
+    await asyncio.sleep(0.3)  # the queued request waits this long behind the first
+    model.gate.set()
+    held, waited = (await first).json(), (await queued).json()
+    waited_timing = waited if path == "/decide" else waited["timing"]
+    assert held["total_seconds"] >= 0.25 and held["queue_seconds"] < 0.05
+    assert waited_timing["queue_seconds"] >= 0.25
+    assert waited_timing["total_seconds"] < 0.1
