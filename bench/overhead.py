@@ -107,7 +107,8 @@ def systemone_shapes() -> dict[str, dict]:
     return {
         "System One: one choice (the twin of one question)": as_systemone({"state": STATE, "decisions": criteria(1)}),
         **{f"System One: one {name}": {"model": SYSTEMONE_MODEL, "state": STATE, "questions": {name: question}}
-           for name, question in (("score", ANCHOR_QUESTIONS["urgency"]), ("noul", ANCHOR_QUESTIONS["refund_requested"]))},
+           for name, question in (("score", ANCHOR_QUESTIONS["urgency"]),
+                                  ("noul", ANCHOR_QUESTIONS["refund_requested"]))},
         "System One: 3 mixed questions, the anchor state": anchor,
         "System One: 40 questions, chunked": forty,
         "System One: a batch of 8 anchors": {"requests": [anchor] * 8},
@@ -119,7 +120,8 @@ def twins(engine) -> dict[str, tuple[str, dict]]:
     return {"System One: one choice (the twin of one question)":
             ("/decide/shared: one question (the twin of one choice)", shapes(engine)["one question"]),
             "System One: 40 questions, chunked":
-            ("/decide/shared: 40 binary criteria (the twin of 40 questions)", {"state": STATE, "decisions": criteria(40)})}
+            ("/decide/shared: 40 binary criteria (the twin of 40 questions)",
+             {"state": STATE, "decisions": criteria(40)})}
 
 
 def long_state(engine, target_tokens: int) -> str:

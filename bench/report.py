@@ -43,7 +43,8 @@ def systemone_section(run: dict) -> list[str]:
         f"{run['rounds']} rounds after 2 warm-up rounds, on {run['machine']}.",
         "",
     ] + table(run) + [""]
-    pairs = [("System One: one choice (the twin of one question)", "/decide/shared: one question (the twin of one choice)"),
+    pairs = [("System One: one choice (the twin of one question)",
+              "/decide/shared: one question (the twin of one choice)"),
              ("System One: 40 questions, chunked", "/decide/shared: 40 binary criteria (the twin of 40 questions)")]
     lines += ["| System One shape | its stack adds p50 / p99 | `/decide/shared` twin's p50 / p99 | "
               "System One minus the twin, p50 |", "|---|---|---|---|"]
