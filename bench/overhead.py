@@ -7,15 +7,20 @@ in front of the echo model), and loads the same fixture in this process. Each ro
 * in-process: predict() for each of the request's calls;
 * Triton: the calls sent straight to Triton with tritonclient (as the model's protocol wants them: one request
   carrying every call, or, for a model still on protocol v1, one request per call);
-* shim: the request through the shim's /decide/shared;
+* shim: the request through the shim's /decide/shared (the System One shapes: /v1/systemone or its batch);
 * floor: the request's body through the floor app and the echo model.
+
+The System One shapes (--systemone) run beside their /decide/shared twins, in the same rounds and alternating with
+them: "one choice" is a System One request whose translation is the twin's predict() request exactly; the 40
+questions are the same three calls of binary choices under other field names. So the two routes' added times are
+comparable.
 
 Each path's time minus the predict() forward time it reports itself (timing.inference_ms, summed over the calls)
 is what that path spends outside the forward pass; the in-process figure is subtracted from the others, so what is
 left is what the path adds to a caller, measured on the same request and free of the model's run-to-run noise. The
 floor does no model work, so its whole time is the floor. The shim's CPU per request comes from /proc.
 
-    .venv/bin/python bench/overhead.py [--rounds 30] [--label after] [--write-doc]
+    .venv/bin/python bench/overhead.py [--rounds 30] [--label after] [--systemone] [--write-doc]
 
 Results go to bench/results/<label>.json; --write-doc renders docs/benchmarks.md from every results file there.
 """
@@ -43,6 +48,8 @@ from devstack.process import ManagedProcess, free_port
 from devstack.shim import ShimServer
 from devstack.triton import MODEL_REPOSITORY, REPO_ROOT, TritonServer
 from shim.planning import plan
+from shim.systemone.answers import chunks, predict_request
+from shim.systemone.request import parse_request
 from shim.validation import shared_body
 
 TOKEN = "benchmark-token-0123456789-abcdefghijklmnop"
@@ -60,9 +67,61 @@ def criteria(count: int, options: int = 2, orderings: str = "none") -> list[dict
              "orderings": orderings} for n in range(count)]
 
 
+# The anchor: the checkpoint card's request, one state and three questions of the three types (289 prompt tokens
+# with the real tokenizer).
+ANCHOR_STATE = "The customer was charged twice and asks for the extra payment back."
+ANCHOR_QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team should handle this request?",
+             "criteria": {"billing": "Payments and refunds", "delivery": "Shipping and delivery"}},
+    "urgency": {"type": "score", "instructions": "Rate the priority.", "criteria": ["Low", "Medium", "High"]},
+    "refund_requested": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
+}
+SYSTEMONE_MODEL = "Intern-Decision-4B"
+
+
 def calls_of(body: dict) -> list[dict]:
     state, decisions = shared_body(body)
     return [call.predict_request(state, decisions) for call in plan(decisions, 64)]
+
+
+def systemone_calls(body: dict) -> list[list[dict]]:
+    """The predict() requests of a System One request (or each item of a batch), one list per inference request."""
+    items = body["requests"] if "requests" in body else [body]
+    requests = [parse_request(item, 64) for item in items]
+    return [[predict_request(request, chunk) for chunk in chunks(request.questions)] for request in requests]
+
+
+def as_systemone(body: dict) -> dict:
+    """The System One request whose calls are a /decide/shared body's own, field names included."""
+    calls = calls_of(body)
+    questions = {field: question for call in calls for field, question in call["questions"].items()}
+    assert len(questions) == sum(len(call["questions"]) for call in calls), "the twin needs one call"
+    return {"model": SYSTEMONE_MODEL, "state": body["state"], "questions": questions}
+
+
+def systemone_shapes() -> dict[str, dict]:
+    anchor = {"model": SYSTEMONE_MODEL, "state": ANCHOR_STATE, "questions": ANCHOR_QUESTIONS}
+    forty = {"model": SYSTEMONE_MODEL, "state": STATE, "questions": {
+        f"c{n}": {"type": "choice", "instructions": f"Does criterion {n} hold for this state?",
+                  "criteria": {"yes": "It holds.", "no": "It does not."}} for n in range(40)}}
+    return {
+        "System One: one choice (the twin of one question)": as_systemone({"state": STATE, "decisions": criteria(1)}),
+        **{f"System One: one {name}": {"model": SYSTEMONE_MODEL, "state": STATE, "questions": {name: question}}
+           for name, question in (("score", ANCHOR_QUESTIONS["urgency"]),
+                                  ("noul", ANCHOR_QUESTIONS["refund_requested"]))},
+        "System One: 3 mixed questions, the anchor state": anchor,
+        "System One: 40 questions, chunked": forty,
+        "System One: a batch of 8 anchors": {"requests": [anchor] * 8},
+    }
+
+
+def twins(engine) -> dict[str, tuple[str, dict]]:
+    """System One shape -> (its /decide/shared twin's name, the twin's body): the same calls, choice questions only."""
+    return {"System One: one choice (the twin of one question)":
+            ("/decide/shared: one question (the twin of one choice)", shapes(engine)["one question"]),
+            "System One: 40 questions, chunked":
+            ("/decide/shared: 40 binary criteria (the twin of 40 questions)",
+             {"state": STATE, "decisions": criteria(40)})}
 
 
 def long_state(engine, target_tokens: int) -> str:
@@ -130,10 +189,14 @@ class DirectTriton:
         dims = self.client.get_model_config("intern_decision", headers=headers)["input"][0]["dims"]
         self.one_request_per_http_request = [int(d) for d in dims] == [-1]
 
-    def forward_ms(self, requests: list[dict]) -> tuple[float, float]:
-        """(elapsed ms, the model's reported forward ms)"""
-        raws = [json.dumps(request).encode() for request in requests]
-        batches = [raws] if self.one_request_per_http_request else [[raw] for raw in raws]
+    def forward_ms(self, requests: list[dict], groups: list[list[dict]] | None = None) -> tuple[float, float]:
+        """(elapsed ms, the model's reported forward ms); groups: the calls of each inference request, when the
+        HTTP request sends several (a System One batch)."""
+        groups = groups or [requests]
+        if self.one_request_per_http_request:
+            batches = [[json.dumps(request).encode() for request in group] for group in groups]
+        else:
+            batches = [[json.dumps(request).encode()] for request in requests]
         started = time.perf_counter()
         answers = []
         for batch in batches:
@@ -143,6 +206,53 @@ class DirectTriton:
             answers += [json.loads(answer) for answer in result.as_numpy("RESPONSE")]
         elapsed = (time.perf_counter() - started) * 1000
         return elapsed, sum(answer["timing"]["inference_ms"] for answer in answers)
+
+
+class Sampler:
+    """One shape's samples: its calls in process, straight to Triton, through the shim and through the floor."""
+
+    def __init__(self, body: dict, engine, direct: DirectTriton):
+        self.path = route_of(body)
+        self.groups = [calls_of(body)] if self.path == "/decide/shared" else systemone_calls(body)
+        self.requests = [request for group in self.groups for request in group]
+        self.payload = json.dumps(body).encode()
+        self.engine, self.direct = engine, direct
+        self.local, self.through_triton, self.through_shim, self.floor_ms = [], [], [], []
+        self.tokens, self.shim_cpu = 0, 0.0
+
+    def sample(self, shim: ShimServer, shim_http: HTTPConnection, floor_http: HTTPConnection, headers: dict,
+               keep: bool) -> None:
+        outside = 0.0
+        for request in self.requests:
+            started = time.perf_counter()
+            answer = self.engine.predict(request)
+            outside += (time.perf_counter() - started) * 1000 - answer["timing"]["inference_ms"]
+            self.tokens = max(self.tokens, answer["usage"]["input_tokens"])
+        elapsed, forward = self.direct.forward_ms(self.requests, self.groups)
+        triton_outside = elapsed - forward
+        cpu_before = cpu_seconds(shim.pid)
+        elapsed, text = post(shim_http, self.path, self.payload, headers)
+        cpu_used = cpu_seconds(shim.pid) - cpu_before
+        shim_outside = elapsed - forward_seconds(self.path, json.loads(text)) * 1000
+        floor_elapsed, _ = post(floor_http, "/floor", self.payload, {"Content-Type": "application/json"})
+        if keep:
+            self.local.append(outside)
+            self.through_triton.append(triton_outside - outside)
+            self.through_shim.append(shim_outside - outside)
+            self.floor_ms.append(floor_elapsed)
+            self.shim_cpu += cpu_used
+
+    def figures(self, rounds: int) -> dict:
+        calls = len(self.requests)
+        return {
+            "route": self.path, "calls": calls, "input_tokens": self.tokens,
+            "predict_outside_forward_ms": summary(self.local),
+            "triton_adds_ms": summary(self.through_triton),
+            "stack_adds_ms": summary(self.through_shim),
+            "stack_adds_per_call_ms": summary([value / calls for value in self.through_shim]),
+            "floor_ms": summary(self.floor_ms),
+            "shim_cpu_ms_per_request": self.shim_cpu * 1000 / rounds,
+        }
 
 
 def post(http: HTTPConnection, path: str, payload: bytes, headers: dict) -> tuple[float, bytes]:
@@ -158,6 +268,20 @@ def post(http: HTTPConnection, path: str, payload: bytes, headers: dict) -> tupl
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def forward_seconds(path: str, answer: dict) -> float:
+    """The model's forward time the route reports for the request."""
+    if path == "/decide/shared":
+        return answer["timing"]["inference_seconds"]
+    results = answer["results"] if "results" in answer else [answer]
+    return sum(call["inference_ms"] for result in results for call in result["calls"]) / 1000
+
+
+def route_of(body: dict) -> str:
+    if "decisions" in body:
+        return "/decide/shared"
+    return "/v1/systemone/batch" if "requests" in body else "/v1/systemone"
 
 
 def summary(values: list[float]) -> dict:
@@ -184,44 +308,32 @@ def measure(args) -> dict:
         shim_http = HTTPConnection("127.0.0.1", shim.port, timeout=300)
         floor_http = HTTPConnection("127.0.0.1", floor.port, timeout=300)
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-        for name, body in shapes(engine).items():
-            requests, payload = calls_of(body), json.dumps(body).encode()
-            calls = len(requests)
-            local, through_triton, through_shim, floor_ms, tokens = [], [], [], [], 0
-            shim_cpu = 0.0
+        if args.systemone:
+            # Each System One shape that has a /decide/shared twin is measured in the same rounds as its twin,
+            # the two alternating, so that the machine's drift falls on both alike.
+            measured = systemone_shapes()
+            twin_bodies = twins(engine)
+            sessions = []
+            for name, body in measured.items():
+                if name in twin_bodies:
+                    twin_name, twin_body = twin_bodies[name]
+                    sessions.append({twin_name: twin_body, name: body})
+                else:
+                    sessions.append({name: body})
+        else:
+            sessions = [{name: body} for name, body in shapes(engine).items()]
+        for session in sessions:
+            samplers = {name: Sampler(body, engine, direct) for name, body in session.items()}
             for round_ in range(args.rounds + 2):
-                keep = round_ >= 2  # two warm-up rounds
-                outside = 0.0
-                for request in requests:
-                    started = time.perf_counter()
-                    answer = engine.predict(request)
-                    outside += (time.perf_counter() - started) * 1000 - answer["timing"]["inference_ms"]
-                    tokens = max(tokens, answer["usage"]["input_tokens"])
-                elapsed, forward = direct.forward_ms(requests)
-                triton_outside = elapsed - forward
-                cpu_before = cpu_seconds(shim.pid)
-                elapsed, text = post(shim_http, "/decide/shared", payload, headers)
-                cpu_used = cpu_seconds(shim.pid) - cpu_before
-                shim_outside = elapsed - json.loads(text)["timing"]["inference_seconds"] * 1000
-                floor_elapsed, _ = post(floor_http, "/floor", payload, {"Content-Type": "application/json"})
-                if keep:
-                    local.append(outside)
-                    through_triton.append(triton_outside - outside)
-                    through_shim.append(shim_outside - outside)
-                    floor_ms.append(floor_elapsed)
-                    shim_cpu += cpu_used
-            results[name] = {
-                "calls": calls, "input_tokens": tokens,
-                "predict_outside_forward_ms": summary(local),
-                "triton_adds_ms": summary(through_triton),
-                "stack_adds_ms": summary(through_shim),
-                "stack_adds_per_call_ms": summary([value / calls for value in through_shim]),
-                "floor_ms": summary(floor_ms),
-                "shim_cpu_ms_per_request": shim_cpu * 1000 / args.rounds,
-            }
-            print(name, json.dumps(results[name]), flush=True)
-        results["one question"]["shim_cpu_ms_per_request"] = shim_cpu_burst(shim, shapes(engine)["one question"],
-                                                                             headers, args.cpu_requests)
+                order = list(samplers.values())
+                for sampler in order if round_ % 2 == 0 else order[::-1]:
+                    sampler.sample(shim, shim_http, floor_http, headers, keep=round_ >= 2)  # two warm-up rounds
+            for name, sampler in samplers.items():
+                results[name] = sampler.figures(args.rounds)
+                print(name, json.dumps(results[name]), flush=True)
+        if not args.systemone:
+            results["one question"]["shim_cpu_ms_per_request"] = shim_cpu_burst(
+                shim, shapes(engine)["one question"], headers, args.cpu_requests)
     finally:
         floor.stop()
         shim.stop()
@@ -252,6 +364,8 @@ def main() -> int:
     parser.add_argument("--cpu-requests", type=int, default=200)
     parser.add_argument("--label", default="after", help="the name of this run's results file")
     parser.add_argument("--write-doc", action="store_true", help="render docs/benchmarks.md from bench/results/")
+    parser.add_argument("--systemone", action="store_true",
+                        help="the System One shapes beside their /decide/shared twins (label it e.g. systemone)")
     args = parser.parse_args()
     run = {"label": args.label, "rounds": args.rounds, "machine": machine(), "shapes": measure(args)}
     RESULTS.mkdir(exist_ok=True)

@@ -36,8 +36,8 @@ REQUEST_ID_HEADER = b"x-request-id"
 # The System One routes answer the id under the name the TypeSafe SDK reads as well.
 SYSTEMONE_PREFIX = "/v1/"
 SYSTEMONE_REQUEST_ID_HEADER = b"x-typesafe-request-id"
-# GETs that need the bearer token (every POST does).
-AUTHENTICATED_GETS = frozenset({"/v1/models"})
+# Paths that need the bearer token whatever the method (every POST needs it anyway).
+AUTHENTICATED_PATHS = frozenset({"/v1/models"})
 
 
 def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -67,7 +67,7 @@ class PostGuard:
         self.in_progress = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["method"] != "POST" and scope["path"] not in AUTHENTICATED_GETS):
+        if scope["type"] != "http" or (scope["method"] != "POST" and scope["path"] not in AUTHENTICATED_PATHS):
             await self.app(scope, receive, send)
             return
         if not bearer_matches(scope["headers"], self._tokens):

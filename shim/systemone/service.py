@@ -60,10 +60,10 @@ class SystemOneService:
     async def _run(self, catalog: Catalog, request: SystemOneRequest, request_id: str, item: int | None) -> dict:
         calls = chunks(request.questions)
         try:
-            answers = (await self._runner.run([predict_request(request, chunk) for chunk in calls], request_id)).answers
+            ran = await self._runner.run([predict_request(request, chunk) for chunk in calls], request_id)
         except ModelFailure as exc:
             raise _named(exc, calls, item) from None
-        return response_body(catalog.canonical, calls, answers)
+        return response_body(catalog.canonical, calls, ran.answers)
 
 
 def _note_usage(results: list[dict]) -> None:

@@ -25,7 +25,8 @@ def schema():
 
 
 @pytest.mark.parametrize("path, mode, examples", [
-    (path, mode, examples) for path in ("/decide", "/decide/shared") for mode, examples in ((POSITIVE, 300), (NEGATIVE, 150))
+    (path, mode, examples) for path in ("/decide", "/decide/shared")
+    for mode, examples in ((POSITIVE, 300), (NEGATIVE, 150))
 ] + [(path, mode, examples) for path in ("/v1/systemone", "/v1/systemone/batch")
      for mode, examples in ((POSITIVE, 150), (NEGATIVE, 100))])
 def test_posts_with_the_token(schema, path, mode, examples):

@@ -56,6 +56,8 @@ def many(count: int) -> dict:
 async def test_models_lists_the_canonical_name_its_aliases_and_the_operators(model):
     async with client_for(model, extra_model_names="jev-latest") as client:
         assert (await client.get("/v1/models")).status_code == 401
+        assert (await client.head("/v1/models")).status_code == 401
+        assert (await client.post("/v1/models", headers=AUTH)).status_code == 405
         response = await client.get("/v1/models", headers=AUTH)
     assert response.status_code == 200
     entries = response.json()["models"]
@@ -87,7 +89,7 @@ async def test_three_types_answer_under_the_callers_names_with_predicts_numbers(
     assert refund == {"type": "noul", "noul": native["refund"]["noul"], "native": native["refund"]}
     assert body["usage"] == {"input_tokens": 130, "output_tokens": 3}
     assert body["calls"] == [{"index": 0, "questions": ["team", "urgency", "refund"], "input_tokens": 130,
-                              "prompt_sha256": "sha-of-call-1"}]
+                              "prompt_sha256": "sha-of-call-1", "inference_ms": 12.5}]
     assert body["calibration"] == CALIBRATION and body["prompt_version"] == FACTS["prompt_version"]
     assert model.request_ids == ["req-1"]
 
@@ -336,3 +338,15 @@ async def test_an_unreadable_facts_page_is_502_for_models(model):
     async with client_for(model) as client:
         response = await client.get("/v1/models", headers=AUTH)
     assert response.status_code == 502 and response.json()["error"]["code"] == "model_unavailable"
+
+
+async def test_the_upper_bounds_are_accepted(client, model):
+    questions = {"levels": {"type": "score", "criteria": [f"level {n}" for n in range(62)]},
+                 "options": {"type": "choice", "criteria": {f"o{n}": None for n in range(62)}}}
+    response = await client.post("/v1/systemone", json=mixed(questions=questions), headers=AUTH)
+    assert response.status_code == 200
+    answers = response.json()["answers"]
+    assert list(answers["levels"]["probabilities"]) == [str(n) for n in range(62)]
+    assert list(answers["options"]["probabilities"]) == [f"o{n}" for n in range(62)]
+    many_questions = await client.post("/v1/systemone", json=mixed(questions=many(64)), headers=AUTH)
+    assert many_questions.status_code == 200 and len(many_questions.json()["calls"]) == 4

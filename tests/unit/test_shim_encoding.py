@@ -1,0 +1,73 @@
+"""Encoded request bodies: decoded chunk by chunk, the limit on the decoded bytes, never more than it in memory."""
+import gzip
+import tracemalloc
+
+import pytest
+from backports import zstd
+
+from shim.encoding import (BodyDecoder, BodyTooLarge, UndecodableBody, UnsupportedEncoding, content_encoding)
+
+BODY = b'{"state": "' + b"x" * 50_000 + b'"}'
+COMPRESS = {"gzip": gzip.compress, "zstd": zstd.compress}
+
+
+@pytest.mark.parametrize("values, encoding", [([], "identity"), (["identity"], "identity"), (["gzip"], "gzip"),
+                                              (["ZSTD"], "zstd"), (["identity, gzip"], "gzip")])
+def test_the_encoding_named_by_the_headers(values, encoding):
+    assert content_encoding(values) == encoding
+
+
+@pytest.mark.parametrize("values", [["br"], ["deflate"], ["gzip, zstd"], ["gzip", "gzip"]])
+def test_anything_else_is_unsupported(values):
+    with pytest.raises(UnsupportedEncoding, match="send identity, gzip or zstd"):
+        content_encoding(values)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+@pytest.mark.parametrize("chunk", [1, 13, 4096, 10**6])
+def test_decoded_whatever_the_chunking_and_across_members(encoding, chunk):
+    raw = COMPRESS[encoding](BODY) + COMPRESS[encoding](b" ")
+    decoder = BodyDecoder(encoding, len(BODY) + 1)
+    for start in range(0, len(raw), chunk):
+        decoder.feed(raw[start:start + chunk])
+    assert decoder.body() == BODY + b" "
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_one_byte_past_the_limit_decoded_is_too_large(encoding):
+    with pytest.raises(BodyTooLarge):
+        BodyDecoder(encoding, len(BODY) - 1).feed(COMPRESS[encoding](BODY))
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_a_bomb_costs_no_more_memory_than_the_limit(encoding):
+    bomb = COMPRESS[encoding](b"\0" * (64 * 1024 * 1024))
+    limit = 1024 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(BodyTooLarge):
+            BodyDecoder(encoding, limit).feed(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * limit
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_a_stream_cut_short_or_followed_by_garbage_is_undecodable(encoding):
+    raw = COMPRESS[encoding](BODY)
+    short = BodyDecoder(encoding, 10**6)
+    short.feed(raw[:-6])
+    with pytest.raises(UndecodableBody, match="stops short"):
+        short.body()
+    with pytest.raises(UndecodableBody, match=f"not valid {encoding}"):
+        BodyDecoder(encoding, 10**6).feed(raw + b"garbage")
+
+
+def test_identity_passes_the_chunks_on_and_counts_them():
+    decoder = BodyDecoder("identity", 5)
+    decoder.feed(b"abc")
+    decoder.feed(b"de")
+    assert decoder.body() == b"abcde"
+    with pytest.raises(BodyTooLarge):
+        decoder.feed(b"f")
