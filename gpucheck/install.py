@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gpucheck import carry
 from gpucheck.deadline import run_logged
+from gpucheck.shadowed import canonical
 
 PTH_NAME = "gpucheck-base-interpreter.pth"
 KERNELS_PTH_NAME = "gpucheck-kernels.pth"
@@ -71,14 +72,22 @@ def hide_line(names: list) -> str:
     return f"import sys; sys.modules.update(dict.fromkeys({sorted(set(names))!r}))\n"
 
 
+def installed_here(site: Path) -> set:
+    """The distributions an environment holds in its own site folder (canonical names)."""
+    return {canonical(path.name[:-len(".dist-info")].rsplit("-", 1)[0]) for path in site.glob("*.dist-info")}
+
+
 def hide_shadowed(machine_python: str, venv: Path, log: Path, timeout: float) -> list:
-    """Hides what gpucheck.shadowed lists for the environment's numpy; returns that list."""
+    """Hides what gpucheck.shadowed lists for the environment's numpy, except what the environment installed
+    itself from the carry (its own copy, built for that numpy, is the one that imports); returns what it hid."""
     venv_python = python_of(venv)
     numpy_version = run_logged([venv_python, "-I", "-c", "import numpy; print(numpy.__version__)"], log,
                                timeout).strip()
-    hidden = json.loads(run_logged([machine_python, "-m", "gpucheck.shadowed", "--numpy", numpy_version], log,
+    listed = json.loads(run_logged([machine_python, "-m", "gpucheck.shadowed", "--numpy", numpy_version], log,
                                    timeout, cwd=carry.REPO_ROOT))
     target = Path(site_packages(venv_python, log, timeout))
+    own = installed_here(target)
+    hidden = [entry for entry in listed if entry["distribution"] not in own]
     names = [name for entry in hidden for name in entry["imports"]]
     if names:
         (target / HIDDEN_PTH_NAME).write_text(hide_line(names))

@@ -79,3 +79,10 @@ def test_the_carry_holds_every_package_of_the_shim_but_the_one_the_gpu_machine_h
     carried = {Requirement(text).name for text in carry.SERVICE_REQUIREMENTS}
     assert shim - carried == {"uvloop"}  # on the GPU machine already; uvicorn runs asyncio's loop without it
     assert "numpy" in carried  # numpy<2 for the python backend stub
+
+
+def test_what_the_environment_installed_from_the_carry_is_never_hidden(tmp_path):
+    for name in ("ml_dtypes-0.5.1.dist-info", "numpy-1.26.4.dist-info", "python_rapidjson-1.20.dist-info"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "gpucheck-hidden.pth").write_text("")
+    assert install.installed_here(tmp_path) == {"ml-dtypes", "numpy", "python-rapidjson"}
