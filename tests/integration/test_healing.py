@@ -31,6 +31,9 @@ AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 PROBE_SECONDS = 0.5
 WATCHDOG = Path(__file__).resolve().parents[2] / "docker" / "triton" / "watchdog.py"
 DOWN_SECONDS = 2.0  # the watchdog's window; the image's default is 30 s
+# A ping in flight when the stub dies is not answered until it times out: the image allows 130 s (above one call),
+# the tests' calls take seconds.
+PING_TIMEOUT_SECONDS = 5.0
 RESTART_SECONDS = 240  # a new tritonserver loads the model: a few seconds here, more on a loaded machine
 OPTIONS = [{"id": "yes", "description": "Do it."}, {"id": "no", "description": "Do not."}]
 SMALL = {"id": "small", "state": "A short state.", "question": "Proceed?", "options": OPTIONS}
@@ -48,7 +51,8 @@ class WatchedTriton(TritonServer):
         key_file.touch(mode=0o600)
         key_file.write_text(self.api_key)
         self._command = [sys.executable, str(WATCHDOG), "--url", self.http_url, "--key-file", str(key_file),
-                         "--ping-seconds", str(PROBE_SECONDS), "--down-seconds", str(DOWN_SECONDS),
+                         "--ping-seconds", str(PROBE_SECONDS), "--ping-timeout", str(PING_TIMEOUT_SECONDS),
+                         "--down-seconds", str(DOWN_SECONDS),
                          "--exit-timeout", str(EXIT_TIMEOUT_SECONDS + 5), "--shm-prefix", self.shm_prefix,
                          "--", *self._command]
 
@@ -167,7 +171,7 @@ def alive(pid: int, timeout: float = 10) -> bool:
 def assert_ended_leaving_nothing(stack: Stack, expected_status: int, processes: list[int]) -> None:
     """The watchdog exits with expected_status well within its window, and no process or region of it is left."""
     watched = stack.triton
-    assert watched.wait(DOWN_SECONDS + EXIT_TIMEOUT_SECONDS + 30) == expected_status
+    assert watched.wait(2 * PING_TIMEOUT_SECONDS + DOWN_SECONDS + EXIT_TIMEOUT_SECONDS + 30) == expected_status
     for pid in processes:
         assert not alive(pid), f"process {pid} outlived the watchdog"
     assert watched.shared_memory_regions() == []
