@@ -91,6 +91,7 @@ def supervise(command: list[str], ping: Callable[[], str | None], *, ping_second
             problem = ping()
             if stopping or process.poll() is not None:
                 break
+            first_answer = problem is None and not watch.answered_once
             if watch.observe(problem):
                 log(f"the model has not answered a ping for {down_seconds:g} s ({problem}); stopping "
                     f"tritonserver so that it is restarted")
@@ -98,6 +99,8 @@ def supervise(command: list[str], ping: Callable[[], str | None], *, ping_second
                 for region in remove_regions(shm_prefix):
                     log(f"removed a shared-memory region: {region}")
                 return EXIT_MODEL_DOWN
+            if first_answer:
+                log(f"the model answered a ping; watching it every {ping_seconds:g} s")
             if problem is not None and watch.answered_once:
                 log(f"a ping through the model failed: {problem}")
             deadline = time.monotonic() + ping_seconds

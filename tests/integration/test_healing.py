@@ -56,6 +56,14 @@ class WatchedTriton(TritonServer):
                          "--exit-timeout", str(EXIT_TIMEOUT_SECONDS + 5), "--shm-prefix", self.shm_prefix,
                          "--", *self._command]
 
+    def wait_watched(self, timeout: float = 60) -> "WatchedTriton":
+        """Until the watchdog has had the model's first answer: only then does it count a ping that fails."""
+        deadline = time.monotonic() + timeout
+        while "watchdog: the model answered a ping" not in self.log_text():
+            assert time.monotonic() < deadline, "the watchdog never had an answer from the model"
+            time.sleep(0.1)
+        return self
+
     @property
     def server_pid(self) -> int:
         (pid,) = [pid for pid, name in children(self.pid).items() if name == "tritonserver"]
@@ -84,6 +92,7 @@ def stack(fixture_pins, tmp_path_factory):
     stack = Stack(model_env(fixture_pins), tmp_path_factory.mktemp("healing"))
     try:
         stack.triton.start().wait_ready(timeout=240)
+        stack.triton.wait_watched()
         env = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_MAX_DECISIONS": "1024",
                "INTERN_DECISION_PROBE_SECONDS": str(PROBE_SECONDS)}
         stack.shim = ShimServer(stack.triton, env, stack.folder / "shim.log").start()
@@ -181,6 +190,7 @@ def assert_restart_heals(stack: Stack) -> None:
     """A restarted tritonserver loads the model; the same shim answers again, without reloading anything."""
     stack.triton = stack.new_triton(like=stack.triton).start()
     stack.triton.wait_ready(timeout=RESTART_SECONDS)
+    stack.triton.wait_watched()
     health_within(stack.http, 200, 30)
     assert stack.http.post("/decide", json=SMALL, headers=AUTH).status_code == 200
     assert "reload" not in stack.shim.log_text()
