@@ -119,7 +119,7 @@ def qwen3_5_path() -> str:
 def report(model: Any | None = None) -> dict:
     """Everything the probe knows, as plain data: the packages, each function's choice and module, the path."""
     module = importlib.import_module(QWEN3_5_MODELING)
-    functions = {name: {"path": implementation_of(getattr(module, name)), "bound": bound_module(getattr(module, name))}
+    functions = {name: dict(zip(("path", "bound"), _choice(getattr(module, name))))
                  for name in KERNEL_FUNCTIONS if hasattr(module, name)}
     return {"packages": {name: package_version(name) for name in PACKAGES}, "functions": functions,
             "linear_attention": linear_attention_path(model) if model is not None
