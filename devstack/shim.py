@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from devstack.process import ManagedProcess, free_port
+from devstack.process import ManagedProcess, free_ports
 from devstack.triton import TritonServer
 
 
@@ -23,8 +23,9 @@ def shim_environment(triton: TritonServer, extra: dict[str, str]) -> dict[str, s
 class ShimServer(ManagedProcess):
     def __init__(self, triton: TritonServer, env: dict[str, str], log_path: Path, port: int | None = None,
                  metrics_port: int | None = None, python: str | None = None):
-        self.port = port or free_port()
-        self.metrics_port = metrics_port or free_port()
+        spare = [free for free in free_ports(3) if free not in (port, metrics_port)]
+        self.port = port or spare.pop()
+        self.metrics_port = metrics_port or spare.pop()
         command = [python or sys.executable, "-m", "shim", "--host", "127.0.0.1", "--port", str(self.port)]
         env = {**env, "INTERN_DECISION_METRICS_PORT": str(self.metrics_port)}
         super().__init__("shim", command, shim_environment(triton, env), log_path, f"{self.url}/health")

@@ -26,7 +26,7 @@ from pathlib import Path
 from wire.ping import API_KEY_HEADER
 from wire.protocol import MODEL_NAME
 
-from devstack.process import ManagedProcess, free_port
+from devstack.process import ManagedProcess, free_ports
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
@@ -69,7 +69,7 @@ class Ports:
 
     @classmethod
     def free(cls) -> "Ports":
-        return cls(free_port(), free_port(), free_port())
+        return cls(*free_ports(3))
 
 
 def server_command(ports: Ports, api_key: str, shm_prefix: str, model_repository: Path = MODEL_REPOSITORY,

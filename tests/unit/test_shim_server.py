@@ -105,3 +105,11 @@ def test_a_kept_alive_connection_serves_request_after_request(address, monkeypat
             time.sleep(0.3)  # the deadlines of the earlier requests never fire on the later ones
         sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_ports_handed_out_together_are_distinct():
+    from devstack.process import free_ports
+
+    for _ in range(50):
+        ports = free_ports(3)
+        assert len(set(ports)) == 3 and all(1024 <= port <= 65535 for port in ports)
