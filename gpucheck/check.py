@@ -1,5 +1,6 @@
-"""The check's steps, in order: each named, with its own budget under the overall deadline, its dependencies, and
-its entry in the report (written after every step, and at the end whatever happened)."""
+"""The check's steps, in order: each named, with its time allowance under the overall deadline (gpucheck.budgets),
+its dependencies, and its entry in the report. The reports and the archive of every log are rewritten after every
+step, and at the end whatever happened, so that a run cut from outside still returns what was done."""
 from __future__ import annotations
 
 import json
@@ -14,12 +15,13 @@ from pathlib import Path
 from devstack.fixture import BUILD_SCRIPT, FixturePins
 from devstack.shim import ShimServer
 from devstack.triton import bundled_server_root, interpreter_libdir
-from gpucheck import acceptance_kit, archive, install, shapes, stub
-from gpucheck.cap import choose_cap, fallback_cap
+from gpucheck import acceptance_kit, archive, budgets, install, shapes, stub
+from gpucheck.cap import plan_caps, unmeasured
 from gpucheck.carry import REPO_ROOT
-from gpucheck.deadline import Deadline, DeadlineReached, kill_all, run_logged
+from gpucheck.deadline import (Deadline, DeadlineReached, finish_logged, kill_all, kill_group, run_logged,
+                               start_logged)
 from gpucheck.environment import nvidia_smi
-from gpucheck.report import FAIL, NOT_RUN, PASS, SKIPPED, Report, Step
+from gpucheck.report import FAIL, INCONCLUSIVE, NOT_RUN, PASS, SKIPPED, Report, Step
 from gpucheck.service import time_shape
 from gpucheck.stack import VARIANT, Stack, health, prepare_repository, start_server
 from gpucheck.summary import latency_rows
@@ -32,6 +34,10 @@ OUT_FILES = ("report.json", "report.md", ARCHIVE_NAME)  # everything the check l
 
 class Skip(Exception):
     """The step does not apply here; the message says why."""
+
+
+class Inconclusive(Exception):
+    """The step ran and nothing failed, but what it measured cannot decide it; the message says why."""
 
 
 @dataclass
@@ -69,7 +75,8 @@ class Context:
     fitted: dict = field(default_factory=dict)
     inprocess: dict | None = None
     kernels_bound: bool = False
-    cap: dict | None = None
+    caps: dict = field(default_factory=unmeasured)  # gpucheck.cap: the production cap and check 6's test cap
+    warmup_job: object | None = None  # the kernel warm-up running beside the checkpoint's build
     stack: Stack | None = None
     token_file: Path | None = None
     step_end: float = float("inf")  # when the running step's budget is spent (time.monotonic)
@@ -181,7 +188,26 @@ def stub_step(ctx: Context, step: Step) -> str:
     return f"stub for Python {version} in place; every library of the server and the stub found (ldd.txt)"
 
 
+# The sequence lengths the kernels are warmed at: each shape's target, and the 21 criteria's first call (16
+# questions over the anchor's state).
+WARM_LENGTHS = sorted({target for _, _, target, _ in shapes.SHAPES.values() if target} | {512})
+
+
+def start_kernel_warmup(ctx: Context) -> None:
+    """flash-linear-attention's compiles and autotuning, in the background while the checkpoint is built (the
+    kernel_warmup step waits for it)."""
+    size = "full" if ctx.options.checkpoint == "synthetic-full" else "small"
+    arguments = ["--size", size, "--device", ctx.options.device, "--dtype", dtype_of(ctx),
+                 "--lengths", ",".join(map(str, WARM_LENGTHS)), "--out", ctx.out / "kernel-warmup.json"]
+    if ctx.kernels is not None:
+        arguments += ["--kernels", ctx.kernels]
+    env = script_environment({**ctx.threads(), **ctx.kernel_cache(), "TRITON_PRINT_AUTOTUNING": "1"})
+    ctx.warmup_job = start_logged([ctx.python, "-m", "gpucheck.warm_kernels", *arguments],
+                                  ctx.out / "kernel-warmup.log", env=env, cwd=REPO_ROOT, stdout_to_log=True)
+
+
 def checkpoint_step(ctx: Context, step: Step) -> str:
+    start_kernel_warmup(ctx)
     root = ctx.options.scratch / "hf"
     kind = ctx.options.checkpoint
     if kind == "fixture":
@@ -218,14 +244,35 @@ def shapes_step(ctx: Context, step: Step) -> str:
     return detail
 
 
+def kernel_warmup_step(ctx: Context, step: Step) -> str:
+    job, ctx.warmup_job = ctx.warmup_job, None
+    if job is None:
+        raise Skip("the warm-up did not start (the checkpoint step did not run)")
+    try:
+        finish_logged(job, ctx.budget())
+    finally:
+        kill_group(job)  # cut at this step's allowance: the in-process run compiles what is left itself
+        step.data = _partial(ctx.out / "kernel-warmup.json")
+    found = step.data
+    if not found.get("warmed"):
+        if found.get("lengths"):
+            raise RuntimeError(f"fla's kernels failed: {found.get('reason')}")
+        raise Skip(found.get("reason") or "the warm-up wrote no result")
+    firsts = ", ".join(f"{length} tokens {entry['first_seconds']} s (then {entry['second_seconds']} s)"
+                       for length, entry in found["lengths"].items())
+    return f"fla {found['fla']} compiled and autotuned in {found['seconds']} s: first calls {firsts}"
+
+
 # Of an in-process run's budget: importing torch and transformers before the script's own clock starts, and the
 # last round of each shape, which may start just before that clock runs out.
 INPROCESS_IMPORTS_SECONDS = 15
 INPROCESS_LAST_ROUNDS_SECONDS = 10
 
 
-# With flash-linear-attention, the first run may spend its time compiling and autotuning and still fail; it gets this
-# share of the step, so that the measurement with the torch implementations still fits in what is left.
+# With flash-linear-attention the run may still fail (or compile what the warm-up did not reach); it gets this share
+# of the step's allowance, so that the measurement with the torch implementations still fits in what is left. The
+# allowance's expected 60 s on the GPU machine: imports ~15, loading 9 GB ~15, the warm-ups from a warm kernel
+# cache and the rounds ~30.
 WITH_KERNELS_SHARE = 0.65
 
 
@@ -255,7 +302,8 @@ def _describe_inprocess(result: dict) -> str:
              for name, entry in result.get("shapes", {}).items()]
     bound = ", ".join(f"{name} {entry.get('path')} ({entry.get('bound') or '?'})"
                       for name, entry in (result.get("bound") or {}).items())
-    return ("; ".join(parts) + f"; load {result.get('load_seconds')} s, warm-up {result.get('warmup_seconds')} s; "
+    return ("; ".join(parts) + f"; load {result.get('load_seconds')} s, warm-up {result.get('warmup_seconds')} s "
+            f"(first call {result.get('first_call_seconds')} s); "
             f"linear attention {result.get('linear_attention')}: {bound}")
 
 
@@ -282,10 +330,10 @@ def inprocess_step(ctx: Context, step: Step) -> str:
     ctx.kernels_bound = any(entry.get("path") == "fast" for entry in (result.get("bound") or {}).values())
     if ctx.cuda:
         try:
-            ctx.cap = choose_cap(result)
-        except (KeyError, TypeError):  # a shape or the probe is missing: the server step falls back
-            ctx.cap = None
-    step.data = {**result, "cap": ctx.cap}
+            ctx.caps = plan_caps(result)
+        except (KeyError, TypeError):  # a shape or the probe is missing: served uncapped, check 6 inconclusive
+            ctx.caps = unmeasured()
+    step.data = {**result, "caps": ctx.caps}
     return _describe_inprocess(result) + note
 
 
@@ -296,50 +344,54 @@ def _partial(path: Path) -> dict:
         return {}
 
 
-def server_step(ctx: Context, step: Step) -> str:
+def _serve(ctx: Context, cap_gib: float | None, attempts: list, shim_log: str) -> tuple[float, dict]:
+    """tritonserver with the model (under cap_gib on CUDA, uncapped when None) and the shim in front, ready; the
+    stack is ctx.stack from the moment the server is up, so that the teardown stops it. Returns (seconds to ready,
+    /health)."""
     repository = prepare_repository(ctx.options.scratch)
     env = ctx.pins.env()
     env.update(INTERN_DECISION_DEVICE=ctx.options.device, INTERN_DECISION_DTYPE=dtype_of(ctx),
                HF_HUB_DISABLE_PROGRESS_BARS="1", **ctx.threads(), **ctx.kernel_cache())
-    if ctx.cuda and ctx.inprocess_path != FAST:
-        # causal-conv1d has no wheel and is not carried, so on the GPU machine the path is "mixed" (fla for the
-        # delta rule, torch for the convolution), which the model refuses on CUDA unless told otherwise. The check
-        # serves knowingly on that path, and the report says so in bold.
+    if ctx.slow_kernels_allowed:
         env["INTERN_DECISION_ALLOW_SLOW_KERNELS"] = "1"
-        ctx.slow_kernels_allowed = True
-    if ctx.cuda:
-        if ctx.cap is None:
-            index = json.loads((ctx.pins.checkpoint / "model.safetensors.index.json").read_text())
-            ctx.cap = fallback_cap(index["metadata"]["total_size"])
-        env["INTERN_DECISION_VRAM_CAP_GIB"] = f"{ctx.cap['cap_gib']:.2f}"
-    if ctx.kernels_bound and ctx.kernels is not None:
-        install.expose_kernels(ctx.python, ctx.kernels, ctx.out / "install.log")
-    if ctx.gpu:
-        attempts = [("production", None), ("variant", VARIANT)]
-    else:
-        attempts = [("cpu", "cpu")]
+    if cap_gib is not None:
+        env["INTERN_DECISION_VRAM_CAP_GIB"] = f"{cap_gib:.2f}"
     started = time.monotonic()
     server, label, tried = start_server(attempts, env, repository, ctx.server_root, ctx.python, ctx.out,
                                         ctx.budget)
     ready_seconds = round(time.monotonic() - started, 1)
     token = secrets.token_urlsafe(32)
-    shim = ShimServer(server, {"INTERN_DECISION_API_TOKEN": token}, ctx.out / "shim.log", python=ctx.python)
+    shim = ShimServer(server, {"INTERN_DECISION_API_TOKEN": token}, ctx.out / shim_log, python=ctx.python)
     ctx.stack = Stack(server, shim, label, tried)  # from here on, the teardown stops both
     ctx.token_file = ctx.options.scratch / "api-token"
     ctx.token_file.write_text(token)
     ctx.token_file.chmod(0o600)
     shim.start().wait_ready(timeout=ctx.budget())
-    facts = health(shim)
+    return ready_seconds, health(shim)
+
+
+def server_step(ctx: Context, step: Step) -> str:
+    if ctx.cuda and ctx.inprocess_path != FAST:
+        # causal-conv1d has no wheel and is not carried, so on the GPU machine the path is "mixed" (fla for the
+        # delta rule, torch for the convolution), which the model refuses on CUDA unless told otherwise. The check
+        # serves knowingly on that path, and the report says so in bold.
+        ctx.slow_kernels_allowed = True
+    if ctx.kernels_bound and ctx.kernels is not None:
+        install.expose_kernels(ctx.python, ctx.kernels, ctx.out / "install.log")
+    attempts = [("production", None), ("variant", VARIANT)] if ctx.gpu else [("cpu", "cpu")]
+    cap = ctx.caps["production_gib"] if ctx.cuda else None
+    ready_seconds, facts = _serve(ctx, cap, attempts, "shim.log")
     if ctx.cuda:
         nvidia_smi(ctx.out / "nvidia-smi.txt", "serving (after startup)")
     served = (facts.get("model") or {}).get("linear_attention")
-    step.data = {"config": label, "attempts": tried, "ready_seconds": ready_seconds, "cap": ctx.cap,
-                 "kernels_exposed": bool(ctx.kernels_bound and ctx.kernels), "health": facts,
-                 "linear_attention": served, "slow_kernels_allowed": ctx.slow_kernels_allowed,
+    server, shim = ctx.stack.server, ctx.stack.shim
+    step.data = {"config": ctx.stack.config, "attempts": ctx.stack.attempts, "ready_seconds": ready_seconds,
+                 "vram_cap_gib": cap, "caps": ctx.caps, "kernels_exposed": bool(ctx.kernels_bound and ctx.kernels),
+                 "health": facts, "linear_attention": served, "slow_kernels_allowed": ctx.slow_kernels_allowed,
                  "triton": server.http_url, "metrics": server.metrics_url, "shim": shim.url}
-    cap = f", VRAM cap {ctx.cap['cap_gib']} GiB" if ctx.cap else ""
+    capped = f", production VRAM cap {cap} GiB" if cap else (", uncapped" if ctx.cuda else "")
     slow = ", INTERN_DECISION_ALLOW_SLOW_KERNELS=1 set by the check" if ctx.slow_kernels_allowed else ""
-    return (f"config {label} ready after {ready_seconds} s{cap}; linear attention {served}{slow}; "
+    return (f"config {ctx.stack.config} ready after {ready_seconds} s{capped}; linear attention {served}{slow}; "
             f"shim on {shim.url}; /health {facts.get('status')}")
 
 
@@ -366,20 +418,66 @@ def service_step(ctx: Context, step: Step) -> str:
                      for name, entry in results.items())
 
 
-def acceptance_step(ctx: Context, step: Step) -> str:
+OVER_CAP_CHECK = "6"  # needs an instance under a cap the largest legal call exceeds: the overcap step
+
+
+def _kit_checks(ctx: Context) -> list[str]:
+    return [check.strip() for check in ctx.options.kit_checks.split(",") if check.strip()]
+
+
+def _run_kit(ctx: Context, step: Step, checks: list[str], name: str) -> dict:
+    """The kit's checks against the stack being served, their statuses in step.data["checks"]; RuntimeError when
+    one failed."""
     if not acceptance_kit.present():
         raise Skip("acceptance kit not present (no acceptance/ package in this checkout)")
     server, shim = ctx.stack.server, ctx.stack.shim
-    step.data = {"checks_requested": ctx.options.kit_checks, "cap": ctx.cap}
+    step.data.update(checks_requested=",".join(checks))
     try:
-        report = acceptance_kit.run(ctx.python, shim.url, ctx.token_file, server.metrics_url, ctx.options.kit_checks,
-                                    ctx.options.kit_n, ctx.out / "acceptance", ctx.out / "acceptance.log",
-                                    ctx.budget())
+        report = acceptance_kit.run(ctx.python, shim.url, ctx.token_file, server.metrics_url, ",".join(checks),
+                                    ctx.options.kit_n, ctx.out / name, ctx.out / f"{name}.log", ctx.budget())
     except acceptance_kit.KitFailed as exc:
         step.data["checks"] = acceptance_kit.check_statuses(exc.report)
+        step.data["kit"] = exc.report.get("checks")
         raise RuntimeError(f"the kit failed: {step.data['checks']}") from None
     step.data["checks"] = acceptance_kit.check_statuses(report)
+    step.data["kit"] = report.get("checks")
+    return report
+
+
+def acceptance_step(ctx: Context, step: Step) -> str:
+    checks = [check for check in _kit_checks(ctx) if check != OVER_CAP_CHECK]
+    if not checks:
+        raise Skip("no acceptance check but check 6 selected")
+    step.data = {"vram_cap_gib": ctx.caps["production_gib"] if ctx.cuda else None}
+    _run_kit(ctx, step, checks, "acceptance")
     return "checks " + ", ".join(f"{check} {status}" for check, status in step.data["checks"].items())
+
+
+SERVED_CONFIGS = {"production": None, "variant": VARIANT, "cpu": "cpu"}
+
+
+def overcap_step(ctx: Context, step: Step) -> str:
+    if OVER_CAP_CHECK not in _kit_checks(ctx):
+        raise Skip("acceptance check 6 not selected")
+    caps = ctx.caps
+    step.data = {"caps": caps}
+    if not caps.get("separable"):
+        raise Inconclusive(f"no VRAM cap lets the model start and serve the normal shapes yet stops the largest "
+                           f"legal call (normal {caps['normal_gib']} GiB, largest {caps['largest_gib']} GiB, "
+                           f"a margin of {caps['margin_mib']} MiB each side): {caps['why']}")
+    config = ctx.stack.config if ctx.stack else "production"
+    ctx.stop_stack()
+    ready_seconds, facts = _serve(ctx, caps["test_gib"], [("test-cap", SERVED_CONFIGS[config])],
+                                  "shim-test-cap.log")
+    step.data.update(test_cap_gib=caps["test_gib"], config=config, ready_seconds=ready_seconds, health=facts)
+    report = _run_kit(ctx, step, [OVER_CAP_CHECK], "acceptance-check6")
+    result = (report.get("checks") or {}).get(OVER_CAP_CHECK) or {}
+    detail = (f"an instance under the test cap of {caps['test_gib']} GiB (normal shapes {caps['normal_gib']} GiB, "
+              f"largest call {caps['largest_gib']} GiB), ready after {ready_seconds} s: check 6 "
+              f"{step.data['checks'].get(OVER_CAP_CHECK)}")
+    if step.data["checks"].get(OVER_CAP_CHECK) != PASS:
+        raise Inconclusive(f"{detail}: {result.get('reason')}")
+    return detail
 
 
 def inprocess_torch_step(ctx: Context, step: Step) -> str:
@@ -399,10 +497,10 @@ class StepSpec:
     title: str
     function: object
     needs: tuple  # the steps it needs (passed or skipped)
-    essential: bool = True  # False: skipped, not failed, when the time left is below its budget
+    essential: bool = True  # False: skipped, not failed, when time is short; its failure still counts
 
 
-# In the order of their value: the served stack and the acceptance kit before the torch-only comparison.
+# In the order they run; gpucheck.budgets.VALUE ranks them for the time they may take.
 STEPS = (
     StepSpec("environment", "the machine, its Python, torch and CUDA, the GPU, fla and causal_conv1d", environment,
              ()),
@@ -410,30 +508,26 @@ STEPS = (
              install_step, ()),
     StepSpec("stub", "the python backend stub for the service's Python in place; the server's libraries found",
              stub_step, ("install",)),
-    StepSpec("checkpoint", "the synthetic full-size checkpoint (GPU) or the tiny fixture (CPU) built into scratch",
-             checkpoint_step, ()),
+    StepSpec("checkpoint", "the synthetic full-size checkpoint (GPU) or the tiny fixture (CPU) built into scratch, "
+             "fla's kernels warmed beside it", checkpoint_step, ()),
     StepSpec("shapes", "the request shapes fitted to their token counts with the checkpoint's own tokenizer",
              shapes_step, ("checkpoint",)),
+    StepSpec("kernel_warmup", "fla's compiles and autotuning at every sequence length sent, finished (started with "
+             "the checkpoint)", kernel_warmup_step, (), essential=False),
     StepSpec("inprocess", "predict() in-process at the shapes, warmed up, with the kernels transformers binds; "
-             "memory for the cap", inprocess_step, ("shapes",)),
-    StepSpec("server", "tritonserver with the model (production config, else the variant) and the shim, ready",
-             server_step, ("stub", "checkpoint")),
+             "each shape's memory from an emptied allocator, for the caps", inprocess_step, ("shapes",)),
+    StepSpec("server", "tritonserver with the model (production config, else the variant) under the production cap, "
+             "and the shim, ready", server_step, ("stub", "checkpoint")),
     StepSpec("service", "the shapes through the shim and Triton, timed at the client", service_step,
              ("server", "shapes")),
-    StepSpec("acceptance", "the acceptance kit's checks that need no real weights", acceptance_step, ("server",)),
+    StepSpec("acceptance", "the acceptance kit's checks that need no real weights (4, 5, 7, 8) on the service as "
+             "deployed", acceptance_step, ("server",)),
+    StepSpec("overcap", "acceptance check 6 on an instance restarted under a test cap between the normal shapes' "
+             "peak and the largest call's", overcap_step, ("server", "inprocess"), essential=False),
     StepSpec("inprocess_torch", "predict() in-process with fla and causal_conv1d hidden (when the first run used "
              "fla)", inprocess_torch_step, ("shapes",), essential=False),
 )
 
-# Seconds per step, per mode. A step runs only when the deadline leaves it its whole budget, and every command it
-# runs is cut to what its budget leaves, so the essential steps' budgets must add up to no more than the deadline
-# less the teardown's reserve (tests/unit/test_gpucheck_budgets.py holds that arithmetic).
-BUDGETS = {
-    "gpu": {"environment": 15, "install": 45, "stub": 5, "checkpoint": 65, "shapes": 20, "inprocess": 125,
-            "server": 80, "service": 35, "acceptance": 85, "inprocess_torch": 60},
-    "cpu": {"environment": 15, "install": 0, "stub": 10, "checkpoint": 25, "shapes": 15, "inprocess": 35,
-            "server": 40, "service": 25, "acceptance": 30, "inprocess_torch": 30},
-}
 DEADLINES = {"gpu": 525.0, "cpu": 240.0}
 # The teardown, bounded: the shim, then tritonserver (each killed past its timeout), every child group still
 # running, nvidia-smi, the report and the archive.
@@ -441,10 +535,21 @@ TEARDOWN_SECONDS = {"shim": 5 + 5, "server": 15 + 5, "children": 5, "nvidia_smi"
 RESERVE_SECONDS = sum(TEARDOWN_SECONDS.values())
 
 
-def _time_refusal(spec: StepSpec, budget: float, left: float) -> str | None:
-    if budget <= left:
+def _could_run(spec: StepSpec, report: Report) -> bool:
+    """False once a step it needs has ended without passing (a step still to run has no detail yet)."""
+    def ended_without(step: Step) -> bool:
+        return step.status in (FAIL, INCONCLUSIVE) or (step.status == NOT_RUN and bool(step.detail))
+
+    return not any(ended_without(report.step(need)) for need in spec.needs)
+
+
+def _time_refusal(mode: str, spec: StepSpec, allowed: float, later: list) -> str | None:
+    expected = budgets.TIMINGS[mode][spec.name].expected
+    if allowed >= expected:
         return None
-    return f"{left:.0f} s of the deadline left, below this step's budget of {budget:.0f} s"
+    kept = [name for name in later if budgets.VALUE.index(name) < budgets.VALUE.index(spec.name)]
+    return (f"{max(0.0, allowed):.0f} s left to it, below its expected {expected:.0f} s"
+            + (f" (time kept for {', '.join(kept)})" if kept else ""))
 
 
 def run(options: Options) -> Report:
@@ -460,30 +565,34 @@ def run(options: Options) -> Report:
     for stale in options.out.iterdir():  # a folder reused from an earlier run holds only this run's files
         if stale.is_file() and stale.name in OUT_FILES:
             stale.unlink()
-    report.write()
+    _write_out(ctx)
     deadline.arm()
-    budgets = BUDGETS[options.mode]
+    timings = budgets.TIMINGS[options.mode]
     try:
-        for spec in STEPS:
+        for position, spec in enumerate(STEPS):
             step = report.step(spec.name)
             missing = [need for need in spec.needs if report.step(need).status not in (PASS, SKIPPED)]
             if missing:
                 step.detail = f"not run: needs {', '.join(missing)}"
-                report.write()
+                _write_out(ctx)
                 continue
-            refusal = _time_refusal(spec, budgets[spec.name], deadline.remaining())
+            later = [other.name for other in STEPS[position + 1:] if _could_run(other, report)]
+            allowed = budgets.allowance(options.mode, spec.name, deadline.remaining(), later)
+            refusal = _time_refusal(options.mode, spec, allowed, later)
             if refusal:
                 step.status = NOT_RUN if spec.essential else SKIPPED
                 step.detail = ("not run: " if spec.essential else "skipped: ") + refusal
-                report.write()
+                _write_out(ctx)
                 continue
             started = time.monotonic()
-            ctx.step_end = started + budgets[spec.name]
+            ctx.step_end = started + allowed
             try:
                 step.detail = spec.function(ctx, step) or ""
                 step.status = PASS
             except Skip as exc:
                 step.status, step.detail = SKIPPED, str(exc)
+            except Inconclusive as exc:
+                step.status, step.detail = INCONCLUSIVE, str(exc)
             except DeadlineReached as exc:
                 step.status, step.detail = FAIL, f"{exc} during this step"
                 raise
@@ -491,8 +600,9 @@ def run(options: Options) -> Report:
                 step.status, step.detail = FAIL, f"{type(exc).__name__}: {exc}"
             finally:
                 step.seconds = round(time.monotonic() - started, 1)
-                step.data.setdefault("budget_seconds", budgets[spec.name])
-                report.write()
+                step.data.setdefault("allowance_seconds", round(allowed, 1))
+                step.data.setdefault("limit_seconds", timings[spec.name].limit)
+                _write_out(ctx)
     except (DeadlineReached, KeyboardInterrupt) as exc:
         for step in report.steps.values():
             if step.status == NOT_RUN and not step.detail:
@@ -503,18 +613,25 @@ def run(options: Options) -> Report:
         ctx.stop_stack()
         if ctx.cuda:
             nvidia_smi(ctx.out / "nvidia-smi.txt", "at the end", timeout=TEARDOWN_SECONDS["nvidia_smi"])
-        report.facts.update(_facts(ctx))
-        plan = archive.plan(options.files)
-        report.facts["archive"] = archive.describe(plan, ARCHIVE_NAME)
         report.finished = time.time()
-        report.write()
-        copies = []
-        for name in ("report.json", "report.md"):
-            shutil.copy2(options.out / name, options.files / name)
-            copies.append(archive.Member(name, (options.files / name).stat().st_size,
-                                         (options.files / name).stat().st_size))
-        archive.write(plan + copies, options.files, options.out / ARCHIVE_NAME)
+        _write_out(ctx)
     return report
+
+
+def _write_out(ctx: Context) -> None:
+    """The reports, and the archive of every log with both reports in it: rewritten after every step, so that what
+    comes back from a run cut from outside is as complete as the last step."""
+    report, options = ctx.report, ctx.options
+    report.facts.update(_facts(ctx))
+    plan = [member for member in archive.plan(options.files) if member.name not in ("report.json", "report.md")]
+    report.facts["archive"] = archive.describe(plan, ARCHIVE_NAME)
+    report.write()
+    copies = []
+    for name in ("report.json", "report.md"):
+        shutil.copy2(options.out / name, options.files / name)
+        size = (options.files / name).stat().st_size
+        copies.append(archive.Member(name, size, size))
+    archive.write(plan + copies, options.files, options.out / ARCHIVE_NAME)
 
 
 def _facts(ctx: Context) -> dict:
@@ -526,9 +643,11 @@ def _facts(ctx: Context) -> dict:
     facts = {
         "service_python": ctx.python,
         "served_config": server.get("config"),
-        "vram_cap_gib": (ctx.cap or {}).get("cap_gib"),
-        "cap_choice": (ctx.cap or {}).get("why"),
-        "over_cap_call_expected": (ctx.cap or {}).get("separable"),
+        "vram_cap_gib": ctx.caps["production_gib"] if ctx.cuda else None,
+        "check6_test_cap_gib": ctx.caps["test_gib"] if ctx.cuda else None,
+        "cap_choice": ctx.caps["why"] if ctx.cuda else None,
+        "fla_warmup": _warmup_fact(data_of("kernel_warmup")),
+        "fla_first_inprocess_call_seconds": (ctx.inprocess or {}).get("first_call_seconds"),
         "kernels_in_service": "fla" if ctx.kernels_bound else "torch (transformers' reference)",
         "linear_attention_inprocess": ctx.inprocess_path,
         "linear_attention_served": server.get("linear_attention"),
@@ -538,3 +657,11 @@ def _facts(ctx: Context) -> dict:
         "latency": latency_rows(steps),
     }
     return {key: value for key, value in facts.items() if value is not None}
+
+
+def _warmup_fact(found: dict) -> str | None:
+    if not found:
+        return None
+    if found.get("warmed"):
+        return f"fla {found['fla']} warmed in {found['seconds']} s at {', '.join(found['lengths'])} tokens"
+    return f"not warmed: {found.get('reason')}"

@@ -72,28 +72,41 @@ def run_logged(command: list, log_path: Path, timeout: float, env: dict | None =
     Past the timeout (or on any exception, the deadline included) the whole group is killed. A non-zero exit raises
     RuntimeError with the log's last lines.
     """
+    return finish_logged(start_logged(command, log_path, env, cwd), timeout)
+
+
+def start_logged(command: list, log_path: Path, env: dict | None = None, cwd: Path | None = None,
+                 stdout_to_log: bool = False) -> subprocess.Popen:
+    """Start a command in its own process group, stderr (and stdout with stdout_to_log) appended to log_path; the
+    teardown kills it if it is still running. finish_logged() waits for it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(str(part) for part in command)}\n".encode())
         log.flush()
-        process = subprocess.Popen([str(part) for part in command], stdout=subprocess.PIPE, stderr=log,
-                                   env=env, cwd=cwd, start_new_session=True)
-        _live.add(process)
-        try:
-            stdout, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_group(process)
-            raise StepTimeout(f"{Path(str(command[0])).name} ran past its {timeout:.0f} s budget and was killed "
-                              f"(log: {log_path.name})") from None
-        except BaseException:
-            kill_group(process)
-            raise
-        finally:
-            _live.discard(process)
-    text = stdout.decode(errors="replace")
+        process = subprocess.Popen([str(part) for part in command], stdout=log if stdout_to_log else subprocess.PIPE,
+                                   stderr=log, env=env, cwd=cwd, start_new_session=True)
+    process.log_path = log_path
+    _live.add(process)
+    return process
+
+
+def finish_logged(process: subprocess.Popen, timeout: float) -> str:
+    """Wait for a started command: its stdout, or StepTimeout (the group killed) past timeout, or RuntimeError with
+    the log's last lines on a non-zero exit."""
+    try:
+        stdout, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        raise StepTimeout(f"{Path(str(process.args[0])).name} ran past its {timeout:.0f} s budget and was killed "
+                          f"(log: {process.log_path.name})") from None
+    except BaseException:
+        kill_group(process)
+        raise
+    finally:
+        _live.discard(process)
     if process.returncode != 0:
-        raise RuntimeError(f"exited with {process.returncode}: {tail(log_path)}")
-    return text
+        raise RuntimeError(f"exited with {process.returncode}: {tail(process.log_path)}")
+    return (stdout or b"").decode(errors="replace")
 
 
 def kill_group(process: subprocess.Popen) -> None:

@@ -5,7 +5,7 @@ timed shape is warmed up first (--warmup rounds each: the first calls compile an
 "probe" shape is scored once (--probe) to size the VRAM cap, then each timed shape gets up to --rounds rounds within
 what --budget leaves; a round is every call of the shape's request, back to back, as the service runs them. With a
 CUDA device it also records memory: resident after loading, the vision tower's share, and each shape's peak
-(reserved and allocated).
+(reserved and allocated), each measured from an emptied allocator so that no shape reports an earlier one's peak.
 
 --kernels DIR puts carried kernel packages (flash-linear-attention) first on sys.path; --block-kernels makes fla and
 causal_conv1d unimportable before transformers loads, so that transformers binds its torch implementations. The
@@ -15,6 +15,7 @@ side's own probe (intern_decision_model.kernels). The JSON is rewritten after ev
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -48,14 +49,27 @@ def kernel_facts() -> dict:
 
 
 class Memory:
+    """torch's memory counters for one device, read so that each measurement starts from a clean allocator.
+
+    The caching allocator keeps the blocks a call freed: without emptying it first, a shape measured after a larger
+    one would report the larger one's reserved peak as its own."""
+
     def __init__(self, torch, device: str):
         self.torch = torch
         self.cuda = device.startswith("cuda")
         self.device = device
 
-    def reset_peak(self) -> None:
-        if self.cuda:
-            self.torch.cuda.reset_peak_memory_stats(self.device)
+    def clean(self) -> dict | None:
+        """Free what the allocator caches, then restart the peak counters from what is still in use; returns that
+        starting point (None off CUDA)."""
+        if not self.cuda:
+            return None
+        gc.collect()
+        cuda = self.torch.cuda
+        cuda.synchronize(self.device)
+        cuda.empty_cache()
+        cuda.reset_peak_memory_stats(self.device)
+        return self.now()
 
     def now(self) -> dict | None:
         if not self.cuda:
@@ -69,6 +83,23 @@ class Memory:
         cuda = self.torch.cuda
         return {"allocated": cuda.max_memory_allocated(self.device),
                 "reserved": cuda.max_memory_reserved(self.device)}
+
+
+def measure_shape(engine, memory: Memory, calls: list, rounds: int, seconds: float) -> dict:
+    """One shape's rounds, its memory peak measured from a clean allocator."""
+    start = memory.clean()
+    entry = measure(engine, calls, rounds, seconds, warmup=0)
+    entry["memory_start"], entry["peak"] = start, memory.peak()
+    return entry
+
+
+def score_probe(engine, memory: Memory, request: dict) -> dict:
+    """The largest call, once, its peak measured from a clean allocator."""
+    start = memory.clean()
+    started = time.perf_counter()
+    answer = engine.predict(request)
+    return {"tokens": answer["usage"]["input_tokens"], "ms": round((time.perf_counter() - started) * 1000, 2),
+            "memory_start": start, "peak": memory.peak()}
 
 
 def measure(engine, calls: list, rounds: int, seconds: float, warmup: int) -> dict:
@@ -159,21 +190,16 @@ def main(argv=None) -> int:
         for _ in range(args.warmup):
             for request in predict_calls(fitted[name]["body"]):
                 engine.predict(request)
+                result.setdefault("first_call_seconds", round(time.perf_counter() - started, 2))
     result["warmup_seconds"] = round(time.perf_counter() - started, 2)
     save()
     if args.probe and "probe" in fitted:  # before the timed rounds, so that the cap is measured whatever is left
-        memory.reset_peak()
-        started = time.perf_counter()
-        answer = engine.predict(predict_calls(fitted["probe"]["body"])[0])
-        result["probe"] = {"tokens": answer["usage"]["input_tokens"],
-                           "ms": round((time.perf_counter() - started) * 1000, 2), "peak": memory.peak()}
+        result["probe"] = score_probe(engine, memory, predict_calls(fitted["probe"]["body"])[0])
         save()
     deadline = begun + args.budget
     for position, name in enumerate(timed):
         slice_seconds = max(1.0, (deadline - time.monotonic()) / (len(timed) - position))
-        memory.reset_peak()
-        entry = measure(engine, predict_calls(fitted[name]["body"]), args.rounds, slice_seconds, warmup=0)
-        entry["peak"] = memory.peak()
+        entry = measure_shape(engine, memory, predict_calls(fitted[name]["body"]), args.rounds, slice_seconds)
         result["shapes"][name] = entry
         save()
     return 0

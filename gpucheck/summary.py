@@ -80,7 +80,7 @@ def render_markdown(report: dict) -> str:
         f"({reference['rtx4090_note']}); {reference['h200_cuda_graphs_ms']} ms ({reference['h200_note']}).",
     ]
     facts = report.get("facts") or {}
-    lines += ["", kernels_line(facts)]
+    lines += ["", kernels_line(facts), "", fla_line(facts)]
     if facts:
         lines += ["", "## Facts", ""]
         lines += [f"- {key}: {value}" for key, value in facts.items() if key != "latency"]
@@ -99,3 +99,11 @@ def kernels_line(facts: dict) -> str:
         return (f"**{line} The check set INTERN_DECISION_ALLOW_SLOW_KERNELS=1: without causal-conv1d the model "
                 f"refuses to serve on CUDA, and these figures are not the production kernels'.**")
     return line
+
+
+def fla_line(facts: dict) -> str:
+    """In bold: whether flash-linear-attention served, its warm-up, and how long the first in-process call took."""
+    served = facts.get("linear_attention_served") in ("fast", "mixed")
+    return (f"**flash-linear-attention {'served' if served else 'did not serve'}; warm-up: "
+            f"{facts.get('fla_warmup') or 'not run'}; first in-process call "
+            f"{facts.get('fla_first_inprocess_call_seconds', '—')} s.**")

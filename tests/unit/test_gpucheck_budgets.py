@@ -7,17 +7,39 @@ import time
 
 import pytest
 
-from gpucheck import archive, check
+from gpucheck import archive, budgets, check
 from gpucheck.__main__ import parse
 from gpucheck.stack import Stack
 
 
-@pytest.mark.parametrize("mode", sorted(check.BUDGETS))
-def test_the_essential_steps_fit_the_deadline_less_the_reserve(mode):
-    budgets = check.BUDGETS[mode]
-    assert set(budgets) == {spec.name for spec in check.STEPS}
-    essential = sum(budgets[spec.name] for spec in check.STEPS if spec.essential)
-    assert essential <= check.DEADLINES[mode] - check.RESERVE_SECONDS
+def essential_expected(mode: str) -> float:
+    return sum(budgets.TIMINGS[mode][spec.name].expected for spec in check.STEPS if spec.essential)
+
+
+@pytest.mark.parametrize("mode", sorted(budgets.TIMINGS))
+def test_every_step_has_its_times_and_a_rank(mode):
+    assert set(budgets.TIMINGS[mode]) == {spec.name for spec in check.STEPS} == set(budgets.VALUE)
+
+
+@pytest.mark.parametrize("mode", sorted(budgets.TIMINGS))
+def test_the_essential_steps_expected_times_fit_the_deadline_less_the_reserve(mode):
+    assert essential_expected(mode) + check.RESERVE_SECONDS <= check.DEADLINES[mode]
+
+
+@pytest.mark.parametrize("mode", sorted(budgets.TIMINGS))
+def test_a_limit_catches_a_hang_and_never_cuts_a_step_at_twice_its_measured_time(mode):
+    assert budgets.SAFETY >= 2
+    for name, timing in budgets.TIMINGS[mode].items():
+        assert timing.limit >= 2 * max(timing.expected, timing.rehearsed), name
+        assert timing.limit <= check.DEADLINES[mode], name
+
+
+def test_the_served_stack_is_worth_more_than_the_in_process_figures_and_the_refinements():
+    rank = budgets.VALUE.index
+    for prerequisite in ("install", "stub", "checkpoint", "shapes"):
+        assert rank(prerequisite) < rank("server")
+    assert rank("server") < rank("acceptance") < rank("service") < rank("inprocess")
+    assert rank("inprocess") < rank("kernel_warmup") < rank("overcap") < rank("inprocess_torch")
 
 
 def test_the_default_deadlines_are_the_ones_the_budgets_were_made_for(tmp_path):
@@ -44,14 +66,17 @@ def test_the_reserve_covers_the_teardowns_own_timeouts(monkeypatch):
                            "server": check.TEARDOWN_SECONDS["server"] - KILL_WAIT_SECONDS}
 
 
-def test_the_steps_are_ordered_by_value():
+def test_the_steps_run_in_an_order_that_puts_the_served_stack_before_the_comparisons():
     names = [spec.name for spec in check.STEPS]
-    assert names.index("acceptance") < names.index("inprocess_torch")
+    assert names.index("acceptance") < names.index("overcap") < names.index("inprocess_torch")
     assert names.index("service") < names.index("inprocess_torch")
-    assert [spec.name for spec in check.STEPS if not spec.essential] == ["inprocess_torch"]
+    assert names.index("checkpoint") < names.index("kernel_warmup") < names.index("inprocess")
+    assert {spec.name for spec in check.STEPS if not spec.essential} == {"kernel_warmup", "overcap",
+                                                                         "inprocess_torch"}
 
 
-def _fake_steps(monkeypatch, budgets, sleeps):
+def _fake_steps(monkeypatch, timings, sleeps, essential=None):
+    """Steps named as timings' keys, in that order and worth that order; each sleeps its given seconds."""
     ran = []
 
     def make(name):
@@ -61,9 +86,12 @@ def _fake_steps(monkeypatch, budgets, sleeps):
             return f"{name} done, {ctx.budget():.0f} s left to it"
         return function
 
-    specs = tuple(check.StepSpec(name, name, make(name), (), essential=name != "optional") for name in budgets)
+    optional = set(timings) - set(essential if essential is not None else timings)
+    specs = tuple(check.StepSpec(name, name, make(name), (), essential=name not in optional) for name in timings)
     monkeypatch.setattr(check, "STEPS", specs)
-    monkeypatch.setitem(check.BUDGETS, "cpu", budgets)
+    monkeypatch.setitem(budgets.TIMINGS, "cpu", {name: budgets.Timing(expected, expected)
+                                                 for name, expected in timings.items()})
+    monkeypatch.setattr(budgets, "VALUE", tuple(timings))
     monkeypatch.setattr(check, "RESERVE_SECONDS", 0.5)
     return ran
 
@@ -74,20 +102,33 @@ def _options(tmp_path, deadline):
                          kit_n=1, deadline=deadline)
 
 
-def test_a_step_without_its_whole_budget_left_does_not_start_and_says_why(monkeypatch, tmp_path):
-    ran = _fake_steps(monkeypatch, {"first": 1, "second": 1, "long": 60, "optional": 60}, {"first": 0.2})
-    report = check.run(_options(tmp_path, deadline=5))
-    assert ran == ["first", "second"]
+def test_a_slow_but_healthy_step_runs_past_its_expected_time_on_what_earlier_steps_left(monkeypatch, tmp_path):
+    # "slow" expects 0.2 s and takes 1 s: within its limit (2.5 x 0.2 = 5 s minimum), and the time the first
+    # step did not use carries forward, so it is not cut, and the step after it still runs.
+    ran = _fake_steps(monkeypatch, {"first": 2, "slow": 0.2, "last": 1}, {"slow": 1})
+    report = check.run(_options(tmp_path, deadline=8))
+    assert ran == ["first", "slow", "last"]
+    assert {step.status for step in report.steps.values()} == {check.PASS}
+    assert report.steps["slow"].seconds >= 1
+
+
+def test_when_the_deadline_nears_the_least_valuable_steps_give_way_first(monkeypatch, tmp_path):
+    # Worth: first > valuable > cheap > optional. "cheap" runs before "valuable" but gives way to it.
+    ran = _fake_steps(monkeypatch, {"first": 1, "valuable": 3, "cheap": 2, "optional": 2}, {"first": 1.5},
+                      essential=("first", "valuable", "cheap"))
+    monkeypatch.setattr(check, "STEPS", tuple(sorted(check.STEPS, key=lambda spec: ["first", "cheap", "optional",
+                                                                                       "valuable"].index(spec.name))))
+    report = check.run(_options(tmp_path, deadline=6))
+    assert ran == ["first", "valuable"]
     steps = report.steps
-    assert steps["first"].status == steps["second"].status == check.PASS
-    assert steps["long"].status == check.NOT_RUN
-    assert "below this step's budget of 60 s" in steps["long"].detail
+    assert steps["cheap"].status == check.NOT_RUN
+    assert "below its expected 2 s (time kept for valuable)" in steps["cheap"].detail
     assert steps["optional"].status == check.SKIPPED and steps["optional"].detail.startswith("skipped: ")
+    assert steps["valuable"].status == check.PASS
     assert report.result == check.FAIL  # an essential step that could not run is not a pass
-    assert steps["second"].detail == "second done, 1 s left to it"
 
 
-def test_a_step_is_cut_to_its_own_budget(monkeypatch, tmp_path):
+def test_a_step_is_cut_to_its_limit(monkeypatch, tmp_path):
     seen = {}
 
     def measure(ctx, step):
@@ -95,9 +136,32 @@ def test_a_step_is_cut_to_its_own_budget(monkeypatch, tmp_path):
         return ""
 
     monkeypatch.setattr(check, "STEPS", (check.StepSpec("only", "only", measure, ()),))
-    monkeypatch.setitem(check.BUDGETS, "cpu", {"only": 3})
+    monkeypatch.setitem(budgets.TIMINGS, "cpu", {"only": budgets.Timing(expected=2, rehearsed=1)})
+    monkeypatch.setattr(budgets, "VALUE", ("only",))
     check.run(_options(tmp_path, deadline=100))
-    assert 2 < seen["budget"] <= 3
+    assert 4 < seen["budget"] <= 5  # 2.5 x 2
+
+
+def test_the_archive_comes_back_with_every_finished_steps_logs_while_a_later_step_runs(monkeypatch, tmp_path):
+    seen = {}
+
+    def first(ctx, step):
+        (ctx.out / "first.log").write_text("first's log")
+        return "wrote"
+
+    def second(ctx, step):  # what a run cut from outside now would return
+        with tarfile.open(ctx.options.out / check.ARCHIVE_NAME) as opened:
+            seen["names"] = sorted(opened.getnames())
+            seen["report"] = json.loads(opened.extractfile("gpucheck-files/report.json").read())
+        return ""
+
+    monkeypatch.setattr(check, "STEPS", (check.StepSpec("first", "first", first, ()),
+                                         check.StepSpec("second", "second", second, ())))
+    monkeypatch.setitem(budgets.TIMINGS, "cpu", {name: budgets.Timing(1, 1) for name in ("first", "second")})
+    monkeypatch.setattr(budgets, "VALUE", ("first", "second"))
+    check.run(_options(tmp_path, deadline=100))
+    assert seen["names"] == ["gpucheck-files/first.log", "gpucheck-files/report.json", "gpucheck-files/report.md"]
+    assert {step["name"]: step["status"] for step in seen["report"]["steps"]}["first"] == check.PASS
 
 
 def test_the_report_folder_holds_three_files_and_the_archive_holds_the_rest(monkeypatch, tmp_path):
@@ -108,7 +172,8 @@ def test_the_report_folder_holds_three_files_and_the_archive_holds_the_rest(monk
         return "wrote"
 
     monkeypatch.setattr(check, "STEPS", (check.StepSpec("only", "only", writes_logs, ()),))
-    monkeypatch.setitem(check.BUDGETS, "cpu", {"only": 3})
+    monkeypatch.setitem(budgets.TIMINGS, "cpu", {"only": budgets.Timing(1, 1)})
+    monkeypatch.setattr(budgets, "VALUE", ("only",))
     options = _options(tmp_path, deadline=100)
     options.out.mkdir(parents=True)
     (options.out / "report.md").write_text("an earlier run's")
@@ -136,13 +201,16 @@ def test_a_log_too_large_keeps_its_tail_and_the_report_says_so(monkeypatch, tmp_
         assert opened.extractfile("gpucheck-files/small.json").read() == b"{}"
 
 
-def test_the_operators_page_gives_the_budgets_in_force():
+def test_the_operators_page_gives_the_times_in_force():
     import re
 
     from gpucheck.carry import REPO_ROOT
 
     page = (REPO_ROOT / "docs" / "gpu-check.md").read_text()
-    documented = {name: int(seconds) for name, seconds in re.findall(r"^\| `(\w+)` \| .* \| (\d+) \|$", page, re.M)}
-    assert documented == check.BUDGETS["gpu"]
-    essential = sum(check.BUDGETS["gpu"][spec.name] for spec in check.STEPS if spec.essential)
-    assert f"| {essential} |" in page and f"{essential + check.RESERVE_SECONDS:.0f} ≤ {check.DEADLINES['gpu']:.0f}" in page
+    rows = re.findall(r"^\| `(\w+)` \| .* \| (\d+) \| (\d+) \| (\d+) \|$", page, re.M)
+    documented = {name: tuple(map(int, numbers)) for name, *numbers in rows}
+    assert documented == {name: (int(timing.expected), int(timing.rehearsed), timing.limit)
+                          for name, timing in budgets.TIMINGS["gpu"].items()}
+    essential = essential_expected("gpu")
+    assert f"{essential:.0f} + {check.RESERVE_SECONDS} = {essential + check.RESERVE_SECONDS:.0f} ≤ " \
+           f"{check.DEADLINES['gpu']:.0f}" in page

@@ -8,34 +8,12 @@ import time
 
 import pytest
 
-from gpucheck import acceptance_kit, cap, carry, stack, stats, summary
+from gpucheck import acceptance_kit, carry, stack, stats, summary
 from gpucheck.deadline import Deadline, DeadlineReached, StepTimeout, run_logged
 from gpucheck.install import unpack_server
 from gpucheck.report import FAIL, NOT_RUN, PASS, SKIPPED, Report, Step
 
-GIB = 1024 ** 3
 PRODUCTION_CONFIG = (carry.REPO_ROOT / "model_repository" / "intern_decision" / "config.pbtxt").read_text()
-
-
-def inprocess(anchor, long16, probe, vision=0.62):
-    peak = lambda gib: {"peak": {"reserved": int(gib * GIB), "allocated": int(gib * GIB)}}  # noqa: E731
-    return {"memory": {"vision_bytes": int(vision * GIB)}, "shapes": {"anchor": peak(anchor), "long16": peak(long16)},
-            "probe": peak(probe)}
-
-
-def test_cap_sits_between_the_served_shapes_and_the_largest_call():
-    chosen = cap.choose_cap(inprocess(anchor=8.6, long16=9.4, probe=11.6))
-    assert chosen["separable"]
-    lower = max(8.6, 9.4 - 0.62) + 0.25
-    assert lower < chosen["cap_gib"] < 11.6 - 0.62
-    assert chosen["cap_gib"] == pytest.approx((lower + 11.6 - 0.62) / 2, abs=0.01)
-
-
-def test_cap_says_so_when_no_value_separates_them():
-    chosen = cap.choose_cap(inprocess(anchor=8.6, long16=9.0, probe=9.2))
-    assert not chosen["separable"]
-    assert chosen["cap_gib"] == chosen["lower_gib"] >= 8.6 + 0.25
-    assert cap.fallback_cap(int(9.08e9))["cap_gib"] == pytest.approx(9.08e9 / GIB + 1.5, abs=0.01)
 
 
 def test_the_variant_config_is_production_with_a_model_placed_instance():

@@ -1,0 +1,85 @@
+"""How long each step of the check may take, and which steps give way when time runs short.
+
+Each step has two figures per mode, in seconds:
+
+* **expected**: its time where the mode runs (on the GPU machine: estimated from the rehearsal and the card; see
+  docs/gpu-check.md). Before a step starts, the expected time of every later step that is worth more is kept back
+  for it.
+* **rehearsed**: its time measured by the rehearsal on a 2-core machine of our kind with its cores shared, the
+  slowest machine the check has been seen on.
+
+A step's **limit**, which catches a hung step, is SAFETY times the larger of the two. A step may run up to its limit,
+cut to what the deadline leaves once the later, more valuable steps' expected times are kept back: time an earlier
+step did not use carries forward, a slow but healthy step is not cut at its expected time, and as the deadline nears
+the least valuable steps give way first (an essential one `not_run`, an optional one `skipped`), never the served
+stack for a comparison. tests/unit/test_gpucheck_budgets.py holds the arithmetic.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SAFETY = 2.5
+MIN_LIMIT = 5
+
+
+@dataclass(frozen=True)
+class Timing:
+    expected: float
+    rehearsed: float
+
+    @property
+    def limit(self) -> int:
+        return max(MIN_LIMIT, math.ceil(SAFETY * max(self.expected, self.rehearsed)))
+
+
+TIMINGS = {
+    "gpu": {
+        # the first import of a CUDA torch and the first CUDA initialisation of a fresh machine
+        "environment": Timing(expected=20, rehearsed=10),
+        "install": Timing(expected=30, rehearsed=50),
+        "stub": Timing(expected=2, rehearsed=1),
+        # 9 shards of 1 GiB in parallel on 16 cores, then the revision hash over 9.1 GB
+        "checkpoint": Timing(expected=45, rehearsed=12),
+        "shapes": Timing(expected=10, rehearsed=13),
+        # what is left of fla's compiles and autotuning after they ran beside the checkpoint's build
+        "kernel_warmup": Timing(expected=40, rehearsed=5),
+        "inprocess": Timing(expected=60, rehearsed=65),
+        "server": Timing(expected=60, rehearsed=17),
+        "service": Timing(expected=20, rehearsed=37),
+        "acceptance": Timing(expected=60, rehearsed=130),
+        # a second server, started under the test cap, and check 6
+        "overcap": Timing(expected=75, rehearsed=2),
+        "inprocess_torch": Timing(expected=45, rehearsed=2),
+    },
+    "cpu": {
+        "environment": Timing(expected=6, rehearsed=6),
+        "install": Timing(expected=0, rehearsed=0),
+        "stub": Timing(expected=2, rehearsed=2),
+        "checkpoint": Timing(expected=8, rehearsed=8),
+        "shapes": Timing(expected=5, rehearsed=5),
+        "kernel_warmup": Timing(expected=3, rehearsed=3),
+        "inprocess": Timing(expected=14, rehearsed=14),
+        "server": Timing(expected=16, rehearsed=16),
+        "service": Timing(expected=10, rehearsed=10),
+        "acceptance": Timing(expected=14, rehearsed=14),
+        "overcap": Timing(expected=0, rehearsed=0),
+        "inprocess_torch": Timing(expected=12, rehearsed=12),
+    },
+}
+
+# Most valuable first: what the service needs, then the served stack and its evidence, then the in-process baseline,
+# then what only refines the figures.
+VALUE = ("environment", "install", "stub", "checkpoint", "shapes", "server", "acceptance", "service", "inprocess",
+         "kernel_warmup", "overcap", "inprocess_torch")
+
+
+def kept_back(mode: str, step: str, later: list[str]) -> float:
+    """The expected seconds of the later steps worth more than this one."""
+    rank = VALUE.index(step)
+    return sum(TIMINGS[mode][name].expected for name in later if VALUE.index(name) < rank)
+
+
+def allowance(mode: str, step: str, remaining: float, later: list[str]) -> float:
+    """Seconds this step may use now: its limit, cut to the time left less what later, worthier steps expect."""
+    return min(TIMINGS[mode][step].limit, remaining - kept_back(mode, step, later))
