@@ -3,6 +3,7 @@ its dependencies, and its entry in the report. The reports and the archive of ev
 step, and at the end whatever happened, so that a run cut from outside still returns what was done."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -77,6 +78,7 @@ class Context:
     kernels_bound: bool = False
     caps: dict = field(default_factory=unmeasured)  # gpucheck.cap: the production cap and check 6's test cap
     warmup_job: object | None = None  # the kernel warm-up running beside the checkpoint's build
+    checkpoint_started: bool = False
     stack: Stack | None = None
     token_file: Path | None = None
     step_end: float = float("inf")  # when the running step's budget is spent (time.monotonic)
@@ -195,7 +197,9 @@ WARM_LENGTHS = sorted({target for _, _, target, _ in shapes.SHAPES.values() if t
 
 def start_kernel_warmup(ctx: Context) -> None:
     """flash-linear-attention's compiles and autotuning, in the background while the checkpoint is built (the
-    kernel_warmup step waits for it)."""
+    kernel_warmup step waits for it). Not started where fla is neither carried nor installed (the CPU run)."""
+    if ctx.kernels is None and importlib.util.find_spec("fla") is None:
+        return
     size = "full" if ctx.options.checkpoint == "synthetic-full" else "small"
     arguments = ["--size", size, "--device", ctx.options.device, "--dtype", dtype_of(ctx),
                  "--lengths", ",".join(map(str, WARM_LENGTHS)), "--out", ctx.out / "kernel-warmup.json"]
@@ -207,6 +211,7 @@ def start_kernel_warmup(ctx: Context) -> None:
 
 
 def checkpoint_step(ctx: Context, step: Step) -> str:
+    ctx.checkpoint_started = True
     start_kernel_warmup(ctx)
     root = ctx.options.scratch / "hf"
     kind = ctx.options.checkpoint
@@ -247,7 +252,8 @@ def shapes_step(ctx: Context, step: Step) -> str:
 def kernel_warmup_step(ctx: Context, step: Step) -> str:
     job, ctx.warmup_job = ctx.warmup_job, None
     if job is None:
-        raise Skip("the warm-up did not start (the checkpoint step did not run)")
+        raise Skip("flash-linear-attention is neither carried nor installed" if ctx.checkpoint_started
+                   else "the warm-up did not start (the checkpoint step did not run)")
     try:
         finish_logged(job, ctx.budget())
     finally:

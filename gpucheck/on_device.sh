@@ -4,7 +4,8 @@
 #   bash gpucheck/on_device.sh OUT [gpucheck options]
 #
 # It prints what decides whether the check can work there (the machine's scipy and scikit-learn, which need
-# numpy 2; where libpython 3.12 is; the card), then runs `python3 -m gpucheck --out OUT`, which leaves at most
+# numpy 2; the card; where libpython 3.12 is and the free disk, stopping by name when either is missing), then runs
+# `python3 -m gpucheck --out OUT`, which leaves at most
 # three files in OUT: report.md, report.json and gpucheck-files.tar.gz (every log and measurement). The rehearsal
 # (python -m gpucheck.rehearse) runs this same script, with `--device cpu --checkpoint synthetic-small`.
 set -uo pipefail
@@ -14,19 +15,17 @@ shift
 
 echo "== python3: $(command -v python3) ($(python3 --version 2>&1))"
 python3 -m pip show scipy scikit-learn numpy 2>/dev/null | grep -E '^(Name|Version|Location):'
-python3 - <<'PY'
-import glob, os, sys, sysconfig
-name = "libpython%d.%d.so*" % sys.version_info[:2]
-folders = [sysconfig.get_config_var("LIBDIR") or "", os.path.join(sys.base_prefix, "lib")]
-found = sorted({path for folder in folders if folder for path in glob.glob(os.path.join(folder, name))})
-print("== libpython:", ", ".join(found) or f"none of {name} in {folders}")
-PY
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader
 else
   echo "== nvidia-smi: not on PATH"
 fi
 echo "== .carry: $(du -sh .carry 2>/dev/null | cut -f1 || echo missing)"
+# where libpython is and the free disk; stops here, by name and with a report in OUT, when either is missing
+if ! python3 -m gpucheck.preflight --out "$out" "$@"; then
+  ls -la "$out"
+  exit 1
+fi
 
 python3 -m gpucheck --out "$out" "$@"
 status=$?

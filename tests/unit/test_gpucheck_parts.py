@@ -130,3 +130,45 @@ def test_the_deadline_cuts_budgets_and_stops():
     assert 79 < deadline.budget(1000) <= 80
     with pytest.raises(DeadlineReached):
         Deadline(seconds=10, reserve=10).budget(5)
+
+
+def test_preflight_stops_by_name_without_libpython_or_disk_and_leaves_a_report(tmp_path, monkeypatch):
+    from gpucheck import preflight
+
+    out = tmp_path / "out"
+    assert preflight.main(["--out", str(out), "--scratch", str(tmp_path / "scratch")]) == 0
+    assert not out.exists()
+    monkeypatch.setattr(preflight, "libpython", lambda: [])
+    monkeypatch.setattr(preflight, "free_bytes", lambda folder: 9 * preflight.GIB)
+    assert preflight.main(["--out", str(out), "--scratch", str(tmp_path / "scratch")]) == 1
+    written = json.loads((out / "report.json").read_text())
+    assert written["result"] == FAIL
+    detail = written["steps"][0]["detail"]
+    assert "libpython %d.%d is missing" % sys.version_info[:2] in detail
+    assert "9.0 GiB free" in detail and "below the 10 GiB the synthetic-full checkpoint needs" in detail
+    assert "| preflight | fail |" in (out / "report.md").read_text()
+
+
+def test_the_kernel_warmup_builds_the_models_own_shapes_and_says_why_it_stops_without_cuda(tmp_path, monkeypatch):
+    import torch
+
+    from gpucheck import warm_kernels
+    from intern_decision_model import kernels
+
+    dims = warm_kernels.head_dims("full")
+    assert dims == {"heads": 32, "key_dim": 128, "value_dim": 128}  # Qwen3.5-4B's keys repeated to its 32 value heads
+    tensors = warm_kernels.inputs(torch, 64, warm_kernels.head_dims("small"), "cpu", torch.bfloat16)
+    assert tensors["query"].shape == tensors["key"].shape == (1, 64, 4, 16)
+    assert tensors["g"].dtype == torch.float32 and bool((tensors["g"] < 0).all())
+    assert tensors["beta"].dtype == torch.bfloat16
+
+    out = tmp_path / "warm.json"
+    arguments = ["--size", "small", "--device", "cpu", "--dtype", "float32", "--lengths", "289,64", "--out", str(out)]
+    assert warm_kernels.main(arguments) == 0
+    found = json.loads(out.read_text())
+    assert found["bound"] == kernels.REFERENCE and not found["warmed"]
+    assert found["reason"].startswith("transformers did not bind fla's gated delta rule")
+    monkeypatch.setattr(kernels, "implementation_of", lambda function: kernels.FAST)  # as where fla imports
+    assert warm_kernels.main(arguments) == 0
+    found = json.loads(out.read_text())
+    assert not found["warmed"] and found["reason"].startswith("no CUDA device")

@@ -1,0 +1,67 @@
+"""python -m gpucheck.preflight [gpucheck options]: what the GPU check cannot do without, before it starts.
+
+It prints where this Python's libpython is and the free disk space under the scratch folder, and stops the run by
+name, with report.md and report.json in --out saying why, when the shared libpython the python backend stub links
+is missing or the disk cannot hold the checkpoint (10 GiB for the synthetic full-size one). on_device.sh runs it
+first; a stop here costs seconds, not the machine's whole lease.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+GIB = 1024 ** 3
+DISK_NEEDED_GIB = {"synthetic-full": 10, "synthetic-small": 1, "fixture": 1}
+
+
+def libpython() -> list[str]:
+    name = "libpython%d.%d.so*" % sys.version_info[:2]
+    folders = {sysconfig.get_config_var("LIBDIR") or "", os.path.join(sys.base_prefix, "lib")}
+    return sorted({path for folder in folders if folder for path in glob.glob(os.path.join(folder, name))})
+
+
+def free_bytes(folder: Path) -> int:
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    return shutil.disk_usage(existing).free
+
+
+def problems(scratch: Path, checkpoint: str) -> tuple[list[str], dict]:
+    found = {"libpython": libpython(), "scratch": str(scratch), "free_gib": round(free_bytes(scratch) / GIB, 1),
+             "needed_gib": DISK_NEEDED_GIB[checkpoint]}
+    stops = []
+    if not found["libpython"]:
+        stops.append("libpython %d.%d is missing (the python backend stub links it): no server can start"
+                     % sys.version_info[:2])
+    if found["free_gib"] < found["needed_gib"]:
+        stops.append(f"{found['free_gib']} GiB free under {scratch}, below the {found['needed_gib']} GiB the "
+                     f"{checkpoint} checkpoint needs")
+    return stops, found
+
+
+def main(argv=None) -> int:
+    from gpucheck.__main__ import parse
+    from gpucheck.report import FAIL, Report, Step
+
+    options = parse(argv)
+    stops, found = problems(options.scratch, options.checkpoint)
+    print(f"== libpython: {', '.join(found['libpython']) or 'none'}")
+    print(f"== disk: {found['free_gib']} GiB free under {found['scratch']} ({found['needed_gib']} GiB needed)")
+    if not stops:
+        return 0
+    report = Report(options.out, options.mode, options.deadline,
+                    [Step("preflight", "what the check cannot do without", FAIL, 0.0, "stopped: " + "; ".join(stops),
+                          found)])
+    report.finished = report.started
+    report.write()
+    print("== STOP: " + "; ".join(stops))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
