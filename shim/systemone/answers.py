@@ -1,5 +1,7 @@
 """System One's response from a request's questions and its calls' typed answers: every number is predict()'s,
-only re-keyed under the caller's names and in the caller's order (INV-1)."""
+only re-keyed under the caller's names and in the caller's order (INV-1). Every field TypeSafe does not define
+carries an `x_` prefix (x_calls, x_calibration, x_prompt_version, x_model_facts, x_native), so that a field TypeSafe
+adds later can never collide with ours."""
 from __future__ import annotations
 
 from wire.answer import CHOICE, SCORE, CallAnswer, ChoiceAnswer, NoulAnswer, QuestionAnswer, ScoreAnswer
@@ -33,13 +35,14 @@ def response_body(model: str, calls: list[tuple[Question, ...]], answers: list[C
                     for chunk, answer in zip(calls, answers) for question in chunk},
         "usage": {"input_tokens": sum(answer.input_tokens for answer in answers),
                   "output_tokens": sum(answer.output_tokens for answer in answers)},
-        "calls": [{"index": index, "questions": [question.name for question in chunk],
+        "x_calls": [{"index": index, "questions": [question.name for question in chunk],
                    "input_tokens": answer.input_tokens, "prompt_sha256": answer.prompt_sha256,
                    "inference_ms": answer.inference_ms}
                   for index, (chunk, answer) in enumerate(zip(calls, answers))],
     }
     first = answers[0]
-    body.update(calibration=first.calibration, prompt_version=first.prompt_version, model_facts=first.model_facts)
+    body.update(x_calibration=first.calibration, x_prompt_version=first.prompt_version,
+                x_model_facts=first.model_facts)
     return body
 
 
@@ -51,13 +54,13 @@ def answer_of(question: Question, native: QuestionAnswer | None) -> dict:
     if isinstance(native, ChoiceAnswer):
         return {"type": CHOICE, "choice": native.choice, "confidence": native.confidence,
                 "probabilities": _probabilities(question, native, list(question.predict["criteria"])),
-                "native": native.native}
+                "x_native": native.native}
     if isinstance(native, ScoreAnswer):
         levels = [str(level) for level in range(len(question.levels))]
         return {"type": SCORE, "score": native.score, "confidence": native.confidence,
                 "legend": dict(zip(levels, question.levels)),
-                "probabilities": _probabilities(question, native, levels), "native": native.native}
-    return {"type": native.type, "noul": native.noul, "native": native.native}
+                "probabilities": _probabilities(question, native, levels), "x_native": native.native}
+    return {"type": native.type, "noul": native.noul, "x_native": native.native}
 
 
 def _probabilities(question: Question, native: QuestionAnswer, values: list[str]) -> dict[str, float]:

@@ -68,7 +68,7 @@ class SystemOneService:
 
 def _note_usage(results: list[dict]) -> None:
     """The access line's usage: a batch's adds up its items'."""
-    note_usage(calls=sum(len(result["calls"]) for result in results),
+    note_usage(calls=sum(len(result["x_calls"]) for result in results),
                input_tokens=sum(result["usage"]["input_tokens"] for result in results))
 
 

@@ -61,7 +61,7 @@ def assert_equals_predict(answers: dict, local: dict) -> None:
     """A System One response's answers (as JSON) against predict()'s own, number for number."""
     for name, native in local["answers"].items():
         answer = answers[name]
-        assert answer["native"] == native, name
+        assert answer["x_native"] == native, name
         if native["type"] == "noul":
             assert answer["noul"] == native["noul"] and "confidence" not in answer
         else:
@@ -102,8 +102,8 @@ def test_the_sdk_asks_three_types_and_gets_predicts_numbers(shim, http, in_proce
     body = result.raw_http_response.json()
     assert_equals_predict(body["answers"], local)
     assert list(body["answers"]) == list(SDK_QUESTIONS)
-    assert body["calibration"] == local["calibration"]
-    assert [call["questions"] for call in body["calls"]] == [list(SDK_QUESTIONS)]
+    assert body["x_calibration"] == local["calibration"]
+    assert [call["questions"] for call in body["x_calls"]] == [list(SDK_QUESTIONS)]
     assert model_log_lines(triton, "sdk-three-types.0")
 
 
@@ -118,16 +118,16 @@ def test_the_async_sdk_and_40_questions_in_three_calls(shim, in_process):
     models, result = asyncio.run(ask())
     assert len(models.models) == 3
     body = result.raw_http_response.json()
-    assert [len(call["questions"]) for call in body["calls"]] == [16, 16, 8]
+    assert [len(call["questions"]) for call in body["x_calls"]] == [16, 16, 8]
     names = list(questions)
-    for call, start in zip(body["calls"], (0, 16, 32)):
+    for call, start in zip(body["x_calls"], (0, 16, 32)):
         chunk = names[start:start + len(call["questions"])]
         assert call["questions"] == chunk
         local = engine.predict({"state": {"ticket": 4512}, "questions": {
             name: {"type": "noul", "instructions": f"Is step {name[4:]} needed?"} for name in chunk}})
         assert call["input_tokens"] == local["usage"]["input_tokens"]
         assert_equals_predict(body["answers"], local)
-    assert result.usage.input_tokens == sum(call["input_tokens"] for call in body["calls"])
+    assert result.usage.input_tokens == sum(call["input_tokens"] for call in body["x_calls"])
     assert result.usage.output_tokens == 40
 
 
@@ -207,7 +207,7 @@ def test_decidealots_examples_over_plain_http_and_the_batch(http, in_process, ca
     def timeless(calls: list[dict]) -> list[dict]:
         return [{key: value for key, value in call.items() if key != "inference_ms"} for call in calls]
 
-    assert second["answers"] == body["answers"] and timeless(second["calls"]) == timeless(body["calls"])
+    assert second["answers"] == body["answers"] and timeless(second["x_calls"]) == timeless(body["x_calls"])
 
 
 def test_an_oom_in_a_batch_item_fails_the_batch_naming_it(http):
@@ -230,7 +230,7 @@ def test_the_semif_prompt_hash_is_the_same_for_the_same_prompt(http):
     native = http.post("/v1/systemone", json={"model": NAME, "state": STATE, "questions": {"q": {
         "type": "choice", "instructions": "What now?", "criteria": {o["id"]: o["description"] for o in options}}}},
         headers=AUTH).json()
-    assert native["calls"][0]["prompt_sha256"] == semif["prompt_sha256"]
+    assert native["x_calls"][0]["prompt_sha256"] == semif["prompt_sha256"]
     assert native["answers"]["q"]["probabilities"] == dict(zip(semif["option_ids"], semif["probabilities"]))
 
 

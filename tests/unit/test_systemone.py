@@ -81,17 +81,32 @@ async def test_three_types_answer_under_the_callers_names_with_predicts_numbers(
     assert list(body["answers"]) == ["team", "urgency", "refund"]
     team, urgency, refund = (body["answers"][name] for name in ("team", "urgency", "refund"))
     assert team == {"type": "choice", "choice": native["team"]["choice"], "confidence": native["team"]["confidence"],
-                    "probabilities": native["team"]["probabilities"], "native": native["team"]}
+                    "probabilities": native["team"]["probabilities"], "x_native": native["team"]}
     assert list(team["probabilities"]) == ["delivery", "billing"] and team["choice"] == "billing"
     assert urgency["score"] == native["urgency"]["score"] and urgency["confidence"] == native["urgency"]["confidence"]
     assert urgency["probabilities"] == native["urgency"]["probabilities"]
     assert urgency["legend"] == {"0": "Low", "1": ["Medium", 1], "2": "High"}
-    assert refund == {"type": "noul", "noul": native["refund"]["noul"], "native": native["refund"]}
+    assert refund == {"type": "noul", "noul": native["refund"]["noul"], "x_native": native["refund"]}
     assert body["usage"] == {"input_tokens": 130, "output_tokens": 3}
-    assert body["calls"] == [{"index": 0, "questions": ["team", "urgency", "refund"], "input_tokens": 130,
+    assert body["x_calls"] == [{"index": 0, "questions": ["team", "urgency", "refund"], "input_tokens": 130,
                               "prompt_sha256": "sha-of-call-1", "inference_ms": 12.5}]
-    assert body["calibration"] == CALIBRATION and body["prompt_version"] == FACTS["prompt_version"]
+    assert body["x_calibration"] == CALIBRATION and body["x_prompt_version"] == FACTS["prompt_version"]
+    assert body["x_model_facts"]["revision"] == FACTS["revision"]
     assert model.request_ids == ["req-1"]
+
+
+TYPESAFE_RESPONSE_FIELDS = {"model", "answers", "usage"}
+TYPESAFE_ANSWER_FIELDS = {"type", "choice", "score", "noul", "confidence", "probabilities", "legend"}
+
+
+async def test_every_field_typesafe_does_not_define_carries_the_x_prefix(client):
+    response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
+    body = response.json()
+    assert {key for key in body if not key.startswith("x_")} == TYPESAFE_RESPONSE_FIELDS
+    assert {"x_calls", "x_calibration", "x_prompt_version", "x_model_facts"} <= set(body)
+    for name, answer in body["answers"].items():
+        assert {key for key in answer if not key.startswith("x_")} <= TYPESAFE_ANSWER_FIELDS, name
+        assert "x_native" in answer, name
 
 
 async def test_floats_are_written_with_a_decimal_point(client, model):
@@ -123,7 +138,7 @@ async def test_above_16_questions_are_chunked_greedily_and_the_calls_shown(clien
     response = await client.post("/v1/systemone", json=mixed(questions=many(40)), headers=AUTH)
     body = response.json()
     assert [len(call["questions"]) for call in model.calls] == [16, 16, 8]
-    assert [call["questions"] for call in body["calls"]] == [[f"q{n}" for n in range(start, end)]
+    assert [call["questions"] for call in body["x_calls"]] == [[f"q{n}" for n in range(start, end)]
                                                              for start, end in ((1, 17), (17, 33), (33, 41))]
     assert list(body["answers"]) == [f"q{n}" for n in range(1, 41)]
     assert body["usage"] == {"input_tokens": 260 + 260 + 180, "output_tokens": 40}
@@ -228,7 +243,7 @@ async def test_the_batch_answers_in_order_one_inference_request_per_item(client,
     assert response.status_code == 200
     results = response.json()["results"]
     assert [list(result["answers"]) for result in results] == [["team", "urgency", "refund"], list(many(17))]
-    assert [len(result["calls"]) for result in results] == [1, 2]
+    assert [len(result["x_calls"]) for result in results] == [1, 2]
     assert model.request_ids == ["b-1.0", "b-1.1"]
     single = (await client.post("/v1/systemone", json=mixed(), headers=AUTH)).json()
     assert results[0]["answers"] == single["answers"]
@@ -349,4 +364,4 @@ async def test_the_upper_bounds_are_accepted(client, model):
     assert list(answers["levels"]["probabilities"]) == [str(n) for n in range(62)]
     assert list(answers["options"]["probabilities"]) == [f"o{n}" for n in range(62)]
     many_questions = await client.post("/v1/systemone", json=mixed(questions=many(64)), headers=AUTH)
-    assert many_questions.status_code == 200 and len(many_questions.json()["calls"]) == 4
+    assert many_questions.status_code == 200 and len(many_questions.json()["x_calls"]) == 4
