@@ -23,28 +23,87 @@ SHIM_METRICS_PORT = 9464
 TRITON_METRICS_PORT = 8002
 MAX_CALLS = 64  # MAX_DECISIONS' default: at most one call per ordering
 CALL_TIMEOUT_SECONDS = 120  # the shim's default
+DRAIN_SECONDS = 5  # the shim's default
+# HAProxy's bounds on a client (docs/scaling-out.md, "The balancer's bounds"): seconds, never the longest request.
+HTTP_REQUEST_TIMEOUT = "5s"  # the request line and headers
+BODY_WAIT = "1s"  # from the headers to the whole body, or its first buffer (tune.bufsize, 16 KiB); else 408 here
+CLIENT_TIMEOUT = "5s"  # a client silent this long while it owes bytes
+FASTINTER = "250ms"  # checks while a replica changes state, and the next one after a 5xx
+# The drain rule's margin (stop_grace_seconds): the shim's answers and exit, and in a pod Triton's own stop after the
+# shim (--exit-timeout-secs=10, its watchdog 5 s more), which shares the pod's grace period.
+GRACE_MARGIN_SECONDS = 30
+# The shim's settings the rule and HAProxy's server timeout read, by the names of docker/shim.env.
+TIMING_SETTINGS = {"drain_seconds": "INTERN_DECISION_DRAIN_SECONDS",
+                   "call_timeout": "INTERN_DECISION_CALL_TIMEOUT_SECONDS",
+                   "max_calls": "INTERN_DECISION_MAX_DECISIONS"}
 
 
 def longest_request_seconds(max_calls: int = MAX_CALLS, call_timeout: float = CALL_TIMEOUT_SECONDS) -> int:
-    """What one request may take at most once it reaches the lock: every call at its timeout."""
+    """What one request may take at most once it reaches the lock: every call at its timeout. Its calls go to Triton
+    as one inference whose timeout is CALL_TIMEOUT_SECONDS per call (shim/triton.py)."""
     return math.ceil(max_calls * call_timeout)
 
 
+def stop_grace_seconds(drain_seconds: float = DRAIN_SECONDS, call_timeout: float = CALL_TIMEOUT_SECONDS,
+                       max_calls: int = MAX_CALLS) -> int:
+    """The drain rule: the time a stopping shim is given between SIGTERM and SIGKILL (Compose's stop_grace_period,
+    Kubernetes' terminationGracePeriodSeconds), so that nothing it admitted is lost (docs/operations.md, "Draining").
+
+        grace = DRAIN_SECONDS + MAX_DECISIONS x CALL_TIMEOUT_SECONDS + GRACE_MARGIN_SECONDS
+
+    For DRAIN_SECONDS after SIGTERM the shim still admits (the balancer is taking it out). Then every request still
+    waiting for the lock, MAX_QUEUE at most, is answered 503 `draining` with Retry-After at once, so the queue adds
+    nothing however full it is; only the request holding the lock runs to its end, and that is one inference of at
+    most MAX_DECISIONS calls, each bounded by CALL_TIMEOUT_SECONDS (longest_request_seconds). The margin covers the
+    answers, the exit and, in a pod, Triton's own stop after the shim."""
+    return math.ceil(drain_seconds + longest_request_seconds(max_calls, call_timeout) + GRACE_MARGIN_SECONDS)
+
+
+def timing_from_env_file(path: Path) -> dict:
+    """stop_grace_seconds' and longest_request_seconds' arguments from the shim's env file (docker/shim.env):
+    those it sets, the shim's defaults for the rest."""
+    values: dict = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition("=")
+            values[name.strip()] = value.strip()
+    timing: dict = {}
+    for argument, name in TIMING_SETTINGS.items():
+        if values.get(name):
+            timing[argument] = int(values[name]) if argument == "max_calls" else float(values[name])
+    return timing
+
+
 def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request_seconds: int | None = None,
-                   check_inter: str = "1s", maxconn: int = 4096, log_to_stdout: bool = True,
-                   docker_dns: bool = False) -> str:
+                   check_inter: str = "1s", fastinter: str = FASTINTER, maxconn: int = 4096,
+                   log_to_stdout: bool = True, docker_dns: bool = False) -> str:
     """The template with one `server NAME ADDRESS` line per replica's shim. docker_dns: names are resolved by
     Docker's DNS, again whenever a container comes back with another address, and one not up yet starts down."""
     if not servers or len({name for name, _ in servers}) != len(servers):
         raise ValueError("at least one server, each with a name of its own")
     seconds = timeout_request_seconds or longest_request_seconds() + 60
     return Template(TEMPLATE.read_text()).substitute(
-        maxconn=maxconn, bind=bind, check_inter=check_inter, timeout_request=f"{seconds}s",
+        maxconn=maxconn, bind=bind, check_inter=check_inter, fastinter=fastinter, timeout_request=f"{seconds}s",
+        timeout_http_request=HTTP_REQUEST_TIMEOUT, timeout_client=CLIENT_TIMEOUT, body_wait=BODY_WAIT,
         resolvers=("resolvers docker\n    nameserver dns 127.0.0.11:53\n    hold valid 10s\n\n" if docker_dns else ""),
         server_options=" resolvers docker init-addr last,libc,none" if docker_dns else "",
         log_global="    log stdout format raw local0 info" if log_to_stdout else "",
         log_defaults="    log global\n    option httplog" if log_to_stdout else "",
         servers="\n".join(f"    server {name} {address}" for name, address in servers))
+
+
+TRITON_HOME = "/home/intern-decision"  # the Triton image's HOME (docker/triton/Dockerfile)
+TRITON_CACHE_DIR = TRITON_HOME + "/.triton/cache"  # OpenAI Triton's kernel cache, flash-linear-attention's kernels
+TRITON_TMPFS = ["/tmp:size=1g", f"{TRITON_HOME}:size=1g,uid=10001,gid=10001,mode=0700"]
+# Memory limits, as the Kubernetes pods have them.
+TRITON_MEMORY, SHIM_MEMORY, HAPROXY_MEMORY, PROMETHEUS_MEMORY = "48g", "2g", "256m", "2g"
+
+
+# Hardening every service gets, as the Kubernetes pods have it: no capabilities, no privilege gained by exec, a
+# read-only root filesystem with tmpfs where something must write, a memory limit.
+def _hardened(memory: str, tmpfs: list[str] | None = None) -> dict:
+    return {"read_only": True, "tmpfs": tmpfs or ["/tmp:size=64m"], "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges:true"], "mem_limit": memory}
 
 
 def _triton(gpu: int) -> dict:
@@ -53,8 +112,9 @@ def _triton(gpu: int) -> dict:
         "image": "intern-decision-triton:local",
         "env_file": ["../triton.env"],
         "environment": {"INTERN_DECISION_DEVICE": "cuda",
-                        "INTERN_DECISION_TRITON_API_KEY_FILE": "/run/secrets/triton_api_key"},
-        "secrets": ["triton_api_key"],
+                        "INTERN_DECISION_TRITON_API_KEY_FILE": "/run/secrets/triton_api_key",
+                        "HOME": TRITON_HOME, "TRITON_CACHE_DIR": TRITON_CACHE_DIR},
+        "secrets": ["triton_api_key"],  # its own key only: never the API token (the checkpoint's code runs here)
         "volumes": [{"type": "bind", "source": "${HF_CACHE:-/srv/hf}", "target": "/hf", "read_only": True,
                      "bind": {"create_host_path": False}}],
         "shm_size": "1g",
@@ -68,10 +128,13 @@ def _triton(gpu: int) -> dict:
         "restart": "on-failure:5",
         "stop_grace_period": "45s",
         "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
+        # HOME in memory and writable: the kernels flash-linear-attention compiles at warm-up go to TRITON_CACHE_DIR
+        # under it (CUDA's own cache to ~/.nv); /dev/shm is shm_size.
+        **_hardened(TRITON_MEMORY, TRITON_TMPFS),
     }
 
 
-def _shim(gpu: int, next_token: bool) -> dict:
+def _shim(gpu: int, next_token: bool, grace_seconds: int) -> dict:
     shim = {
         "build": {"context": "../..", "dockerfile": "docker/shim/Dockerfile"},
         "image": "intern-decision-shim:local",
@@ -89,8 +152,9 @@ def _shim(gpu: int, next_token: bool) -> dict:
         "healthcheck": {"test": ["CMD", "python", "/opt/intern-decision/healthcheck.py", "shim"],
                         "interval": "15s", "timeout": "10s", "retries": 3, "start_period": "30s"},
         "restart": "on-failure:3",
-        "stop_grace_period": "60s",  # DRAIN_SECONDS, then what it admitted finishes
+        "stop_grace_period": f"{grace_seconds}s",  # the drain rule (stop_grace_seconds)
         "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
+        **_hardened(SHIM_MEMORY),
     }
     if next_token:  # during a rotation: the second accepted token (docs/operations.md, "Rotating the API token")
         shim["environment"]["INTERN_DECISION_API_TOKEN_NEXT_FILE"] = "/run/secrets/api_token_next"
@@ -98,13 +162,15 @@ def _shim(gpu: int, next_token: bool) -> dict:
     return shim
 
 
-def compose_file(gpus: int, next_token: bool = False) -> dict:
+def compose_file(gpus: int, next_token: bool = False, timing: dict | None = None) -> dict:
+    """timing: stop_grace_seconds' arguments (timing_from_env_file), the shim's defaults where absent."""
     if gpus < 1:
         raise ValueError(f"GPUS must be at least 1, got {gpus}")
+    grace_seconds = stop_grace_seconds(**(timing or {}))
     services: dict = {}
     for gpu in range(gpus):
         services[f"triton-{gpu}"] = _triton(gpu)
-        services[f"shim-{gpu}"] = _shim(gpu, next_token)
+        services[f"shim-{gpu}"] = _shim(gpu, next_token, grace_seconds)
     services["haproxy"] = {
         "image": "haproxy:2.6",
         "volumes": ["./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro"],
@@ -113,6 +179,7 @@ def compose_file(gpus: int, next_token: bool = False) -> dict:
         "depends_on": [f"shim-{gpu}" for gpu in range(gpus)],
         "restart": "on-failure:3",
         "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
+        **_hardened(HAPROXY_MEMORY),
     }
     services["prometheus"] = {
         "image": "prom/prometheus:v3.1.0",
@@ -124,6 +191,7 @@ def compose_file(gpus: int, next_token: bool = False) -> dict:
         "networks": ["backend", "edge"],
         "restart": "on-failure:3",
         "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
+        **_hardened(PROMETHEUS_MEMORY),
     }
     secrets = {"api_token": {"file": "../secrets/api_token"}, "triton_api_key": {"file": "../secrets/triton_api_key"}}
     if next_token:
@@ -159,13 +227,17 @@ def gpus_from_env_file(path: Path) -> int:
     return 1
 
 
-def render(gpus: int, out: Path, next_token: bool = False) -> list[Path]:
+def render(gpus: int, out: Path, next_token: bool = False, timing: dict | None = None) -> list[Path]:
+    """timing: the shim's settings the drain rule and HAProxy's server timeout read (timing_from_env_file)."""
+    timing = timing or {}
     out.mkdir(parents=True, exist_ok=True)
     servers = [(f"shim-{gpu}", f"triton-{gpu}:{SHIM_PORT}") for gpu in range(gpus)]
+    longest = longest_request_seconds(**{key: value for key, value in timing.items() if key != "drain_seconds"})
     files = {
         "compose.yaml": "# Rendered by docker/multi_gpu.py; do not edit (JSON is YAML).\n"
-                        + json.dumps(compose_file(gpus, next_token), indent=2) + "\n",
-        "haproxy.cfg": haproxy_config(servers, f"0.0.0.0:{SHIM_PORT}", docker_dns=True),
+                        + json.dumps(compose_file(gpus, next_token, timing), indent=2) + "\n",
+        "haproxy.cfg": haproxy_config(servers, f"0.0.0.0:{SHIM_PORT}", timeout_request_seconds=longest + 60,
+                                      docker_dns=True),
         "prometheus.yml": prometheus_config(gpus),
     }
     written = []
@@ -183,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="during a rotation: the shims also accept docker/secrets/api_token_next")
     args = parser.parse_args(argv)
     gpus = args.gpus if args.gpus is not None else gpus_from_env_file(DOCKER / ".env")
-    for path in render(gpus, args.out, args.next_token):
+    for path in render(gpus, args.out, args.next_token, timing_from_env_file(DOCKER / "shim.env")):
         print(path)
     return 0
 

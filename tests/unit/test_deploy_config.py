@@ -170,6 +170,51 @@ def test_prometheus_loads_the_alert_rules_from_beside_its_config(services):
     assert "./alerts.yml:/etc/prometheus/alerts.yml:ro" in mounts
 
 
+def test_which_container_sees_which_secret(services):
+    seen = {name: sorted(secret_names(service)) for name, service in services.items()}
+    # Triton runs the checkpoint's own code: its key only, never the API token.
+    assert seen == {"triton": [TRITON_KEY_SECRET], "shim": [API_TOKEN_SECRET, TRITON_KEY_SECRET], "prometheus": []}
+
+
+# --- hardening, caches, the grace period ---------------------------------------------------------------------
+
+def test_every_service_is_hardened_as_its_kubernetes_pod(services):
+    for name, service in services.items():
+        assert service.get("read_only") is True, f"{name}: a read-only root filesystem"
+        assert service.get("cap_drop") == ["ALL"], f"{name}: no capabilities"
+        assert service.get("security_opt") == ["no-new-privileges:true"], f"{name}: no privilege gained by exec"
+        assert re.fullmatch(r"[0-9]+[mg]", str(service.get("mem_limit"))), f"{name}: a memory limit"
+        assert any(str(mount).split(":")[0] == "/tmp" for mount in service.get("tmpfs", [])), f"{name}: /tmp"
+
+
+def dockerfile_env(stages) -> dict[str, str]:
+    """The last stage's ENV values (NAME=value pairs; values without spaces)."""
+    env: dict[str, str] = {}
+    for instruction in stages[-1].instructions:
+        if instruction.keyword == "ENV":
+            env.update(pair.split("=", 1) for pair in instruction.args.split() if "=" in pair)
+    return env
+
+
+def test_tritons_home_and_kernel_cache_are_writable_under_its_read_only_root(services):
+    triton = services["triton"]
+    image = dockerfile_env(parse_dockerfile(DOCKERFILES["triton"]))
+    env = {**image, **environment(triton)}
+    assert image["HOME"] == env["HOME"] and image["TRITON_CACHE_DIR"] == env["TRITON_CACHE_DIR"]
+    tmpfs = {str(mount).split(":")[0]: str(mount) for mount in triton["tmpfs"]}
+    assert env["HOME"] in tmpfs and "uid=10001" in tmpfs[env["HOME"]]  # the image's user (USER 10001) writes there
+    assert env["TRITON_CACHE_DIR"].startswith(env["HOME"] + "/")  # OpenAI Triton's kernels, compiled at warm-up
+
+
+def test_the_shims_stop_grace_period_is_the_drain_rule(services):
+    rule = load_script("docker/multi_gpu.py")
+    settings = rule.timing_from_env_file(DOCKER / "shim.env.example")
+    assert services["shim"]["stop_grace_period"] == f"{rule.stop_grace_seconds(**settings)}s"
+    assert rule.stop_grace_seconds(**settings) > rule.DRAIN_SECONDS + rule.longest_request_seconds()
+    # Triton, stopped after the shim, keeps its own: above its --exit-timeout-secs and its watchdog's 5 s more.
+    assert int(services["triton"]["stop_grace_period"].removesuffix("s")) > 15
+
+
 # --- health, restarts, mounts --------------------------------------------------------------------------------
 
 def test_healthchecks(services):

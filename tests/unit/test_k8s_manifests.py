@@ -1,7 +1,7 @@
 """The Kubernetes manifests (deploy/k8s: a Kustomize base and overlays) without a cluster: every built-in resource
 of every overlay validated by kubernetes-validate in strict mode against the Kubernetes release the overlays
 target; the pod's design held (Triton a native sidecar, the probes, the GPU, the read-only weights, /dev/shm in
-memory, a grace period above the drain); the custom resources (Gateway API, Envoy Gateway, KEDA, the Prometheus
+memory, the grace period by the drain rule, which container sees which secret, a writable kernel cache); the custom resources (Gateway API, Envoy Gateway, KEDA, the Prometheus
 operator) checked field by field, since no schema of theirs ships with the validator; promtool on the fleet's
 recording and alert rules and their unit tests; checkov (scripts/install-checkov.sh: from PyPI, in an environment of
 its own) on the base, with a reviewed skip list (deploy/k8s/checkov-skips.yaml). A missing tool is a failure.
@@ -18,7 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.unit.deploy_files import REPO
+from shim.server import KEEP_ALIVE_SECONDS
+from tests.unit.deploy_files import REPO, load_script
 from tests.unit.test_deploy_tools import promtool, run  # noqa: F401 - the fixture
 
 K8S = REPO / "deploy" / "k8s"
@@ -130,6 +131,62 @@ def test_the_shim_is_ready_on_health_alive_on_its_port_and_drains_within_the_gra
     assert all("INTERN_DECISION_API_TOKEN_FILE" not in str(container.get("env")) for container in pod["initContainers"])
 
 
+def test_the_grace_period_is_the_drain_rule_of_the_shims_settings(pod):
+    (shim,) = pod["containers"]
+    env = {item["name"]: item["value"] for item in shim["env"]}
+    names = load_script("docker/multi_gpu.py").TIMING_SETTINGS
+    timing = {argument: (int if argument == "max_calls" else float)(env[name])
+              for argument, name in names.items() if name in env}
+    assert timing == {"drain_seconds": 10.0}  # the call timeout and MAX_DECISIONS at the shim's defaults
+    rule = load_script("docker/multi_gpu.py").stop_grace_seconds(**timing)
+    assert pod["terminationGracePeriodSeconds"] == rule
+    # What waits for the lock is answered 503 draining; the request holding it runs to its end within the period.
+    assert rule >= timing["drain_seconds"] + 64 * LONGEST_CALL_SECONDS
+
+
+def secret_keys_seen(pod: dict, container: dict) -> set[str]:
+    """The keys of the Secret a container can read, through its mounts and its environment."""
+    every_key = {"api_token", "triton_api_key", "api_token_next"}  # api_token_next: during a rotation
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    seen: set[str] = set()
+    for mount in container.get("volumeMounts", []):
+        secret = volumes[mount["name"]].get("secret")
+        if secret is not None:
+            assert secret["secretName"] == "intern-decision"
+            seen |= {item["key"] for item in secret["items"]} if "items" in secret else every_key
+    for item in container.get("env", []):
+        reference = item.get("valueFrom", {}).get("secretKeyRef")
+        if reference is not None:
+            seen.add(reference["key"])
+    for source in container.get("envFrom", []):
+        if "secretRef" in source:
+            seen |= every_key
+    return seen
+
+
+def test_which_container_sees_which_secret(pod):
+    (triton,) = pod["initContainers"]
+    (shim,) = pod["containers"]
+    # Triton runs the checkpoint's own code: it reads its key and never the API token (nor the next one).
+    assert secret_keys_seen(pod, triton) == {"triton_api_key"}
+    assert secret_keys_seen(pod, shim) == {"api_token", "triton_api_key", "api_token_next"}
+    env = {item["name"]: item.get("value") for item in triton["env"]}
+    (mount,) = [mount for mount in triton["volumeMounts"] if "secret" in next(
+        volume for volume in pod["volumes"] if volume["name"] == mount["name"])]
+    assert env["INTERN_DECISION_TRITON_API_KEY_FILE"] == mount["mountPath"] + "/triton_api_key"
+
+
+def test_tritons_home_and_kernel_cache_are_on_a_writable_volume(pod):
+    (triton,) = pod["initContainers"]
+    assert triton["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {item["name"]: item.get("value") for item in triton["env"]}
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    writable = {mount["mountPath"] for mount in triton["volumeMounts"]
+                if "emptyDir" in volumes[mount["name"]] and not mount.get("readOnly")}
+    assert env["HOME"] in writable  # CUDA's cache (~/.nv) and whatever else writes under HOME
+    assert env["TRITON_CACHE_DIR"].startswith(env["HOME"] + "/")  # OpenAI Triton's kernels, compiled at warm-up
+
+
 def test_rollouts_take_one_replica_at_a_time_and_the_floor_is_two(resources):
     deployment = of_kind(resources, "Deployment")
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
@@ -158,6 +215,14 @@ def test_the_route_has_an_explicit_timeout_and_the_policy_least_request_health_c
     assert policy["healthCheck"]["active"]["http"]["path"] == "/health"
     assert set(policy["retry"]["retryOn"]["triggers"]) <= {"connect-failure", "refused-stream"}
     assert "retriableStatusCodes" not in policy["retry"]["retryOn"]  # never a second scoring
+
+
+def test_the_gateway_judges_replicas_by_health_alone_and_closes_idle_connections_before_the_shim(resources):
+    policy = of_kind(resources, "BackendTrafficPolicy")["spec"]
+    assert "passive" not in policy["healthCheck"]  # no outlier detection: one 5xx answer takes no replica out
+    idle = policy["timeout"]["http"]["connectionIdleTimeout"]
+    # Envoy closes an idle upstream connection before the shim does, so it never reuses one the shim is closing.
+    assert float(idle.removesuffix("s")) < KEEP_ALIVE_SECONDS
 
 
 def test_prometheus_scrapes_both_metrics_ports(resources, pod):

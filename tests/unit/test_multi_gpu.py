@@ -1,7 +1,9 @@
 """The one-host, N-GPU stack as docker/multi_gpu.py renders it: one Triton and one shim per GPU, each Triton its
 own card, each shim in its Triton's network namespace; HAProxy's configuration valid (`haproxy -c`) with the
-balancing the design needs; Prometheus scraping every replica (`promtool check config`); config.pbtxt one
-instance. HAProxy comes from Debian's package (scripts/install-haproxy.sh); a missing tool is a failure."""
+balancing the design needs and its bounds on clients; which container sees which secret; every service hardened,
+Triton's kernel cache writable; the shims' grace period the drain rule; Prometheus scraping every replica
+(`promtool check config`); config.pbtxt one instance. HAProxy comes from Debian's package
+(scripts/install-haproxy.sh); a missing tool is a failure."""
 from __future__ import annotations
 
 import re
@@ -45,6 +47,46 @@ def test_one_triton_and_one_shim_per_gpu_each_triton_its_own_card(services):
         assert tritons[f"triton-{gpu}"]["networks"] == ["backend"]
 
 
+def test_which_container_sees_which_secret(services):
+    for gpu in range(GPUS):
+        assert services[f"triton-{gpu}"]["secrets"] == ["triton_api_key"]  # the checkpoint's code runs there
+        assert services[f"shim-{gpu}"]["secrets"] == ["api_token", "triton_api_key"]
+    assert "secrets" not in services["haproxy"] and "secrets" not in services["prometheus"]
+
+
+def test_every_service_is_hardened_as_its_kubernetes_pod(services):
+    for name, service in services.items():
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"] and service["security_opt"] == ["no-new-privileges:true"], name
+        assert re.fullmatch(r"[0-9]+[mg]", service["mem_limit"]), name
+        assert any(mount.split(":")[0] == "/tmp" for mount in service["tmpfs"]), name
+
+
+def test_tritons_home_and_kernel_cache_are_writable_under_its_read_only_root(services):
+    for gpu in range(GPUS):
+        triton = services[f"triton-{gpu}"]
+        env = triton["environment"]
+        tmpfs = {mount.split(":")[0]: mount for mount in triton["tmpfs"]}
+        assert env["HOME"] in tmpfs and "uid=10001" in tmpfs[env["HOME"]]  # the image's user writes there
+        assert env["TRITON_CACHE_DIR"].startswith(env["HOME"] + "/")
+
+
+def test_the_shims_grace_period_is_the_drain_rule_of_their_settings(tmp_path):
+    module = renderer()
+    assert module.stop_grace_seconds() == 5 + 64 * 120 + module.GRACE_MARGIN_SECONDS
+    (tmp_path / "shim.env").write_text("INTERN_DECISION_DRAIN_SECONDS=8\nINTERN_DECISION_CALL_TIMEOUT_SECONDS=30\n"
+                                        "INTERN_DECISION_MAX_DECISIONS=16\nINTERN_DECISION_MAX_QUEUE=4\n")
+    timing = module.timing_from_env_file(tmp_path / "shim.env")
+    assert timing == {"drain_seconds": 8.0, "call_timeout": 30.0, "max_calls": 16}
+    out = tmp_path / "out"
+    module.render(2, out, timing=timing)
+    services = yaml.safe_load((out / "compose.yaml").read_text())["services"]
+    grace = 8 + 16 * 30 + module.GRACE_MARGIN_SECONDS
+    assert [services[f"shim-{gpu}"]["stop_grace_period"] for gpu in range(2)] == [f"{grace}s"] * 2
+    assert re.search(r"timeout server (\d+)s", (out / "haproxy.cfg").read_text()).group(1) == str(16 * 30 + 60)
+    assert module.timing_from_env_file(tmp_path / "missing.env") == {}
+
+
 def test_the_api_token_reaches_the_shims_alone_and_only_haproxy_and_prometheus_publish(services):
     for name, service in services.items():
         holds_token = "api_token" in service.get("secrets", [])
@@ -63,6 +105,33 @@ def test_haproxy_balances_on_least_connections_checks_health_and_retries_connect
     assert servers == [(f"shim-{gpu}", f"triton-{gpu}:8080") for gpu in range(GPUS)]
     seconds = int(re.search(r"timeout server (\d+)s", config).group(1))
     assert seconds > renderer().longest_request_seconds()
+
+
+def seconds_of(duration: str) -> float:
+    value, unit = re.fullmatch(r"([0-9]+)(ms|s)", duration).groups()
+    return int(value) / (1000 if unit == "ms" else 1)
+
+
+def test_haproxy_bounds_clients_in_seconds_and_only_the_server_timeout_is_long(rendered):
+    config = (rendered / "haproxy.cfg").read_text()
+    timeouts = dict(re.findall(r"^\s+timeout (\S+) (\S+)$", config, re.M))
+    # A client that owes the request line, headers or body is cut within seconds, never after the longest request.
+    assert seconds_of(timeouts["client"]) <= 10 and seconds_of(timeouts["http-request"]) <= 10
+    wait = re.findall(r"^\s+http-request wait-for-body time (\S+)$", config, re.M)
+    assert len(wait) == 1 and seconds_of(wait[0]) <= 2
+    assert seconds_of(timeouts["server"]) > renderer().longest_request_seconds()
+    assert re.search(r'^\s+http-error status 408 content-type application/json string ".*request_timeout', config,
+                     re.M)
+
+
+def test_haproxy_judges_replicas_by_health_alone_and_skips_gone_clients(rendered):
+    config = (rendered / "haproxy.cfg").read_text()
+    (default_server,) = re.findall(r"^\s+default-server (.+)$", config, re.M)
+    assert "mark-down" not in default_server and "sudden-death" not in default_server
+    on_error = re.findall(r"on-error (\S+)", default_server)
+    assert on_error in ([], ["fastinter"])  # an answer at most brings the next check forward
+    assert "fall 2" in default_server and re.search(r"fastinter \d+ms", default_server)
+    assert re.search(r"^\s+option abortonclose$", config, re.M)
 
 
 def test_haproxy_accepts_the_rendered_configuration(rendered):
