@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.installed
-WANT=$(cat pyproject.toml constraints/cpu.txt scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
+WANT=$(cat pyproject.toml constraints/cpu.txt constraints/typesafe-sdk-oldest.txt scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
 
 "$PYTHON" - <<'PY'
 import sys
@@ -27,4 +27,7 @@ $PIP install --upgrade pip
 $PIP install -c constraints/cpu.txt "torch==2.13.0"
 $PIP install -c constraints/cpu.txt -e ".[model,shim,triton-cpu,fixture,test]"
 "$VENV/bin/python" -m devstack install-stub
+# The oldest SDK the README supports, with its own dependencies, in a folder of its own that the tests run it from.
+rm -rf .cache/typesafe-sdk-oldest
+$PIP install --target .cache/typesafe-sdk-oldest -r constraints/typesafe-sdk-oldest.txt
 echo "$WANT" > "$STAMP"

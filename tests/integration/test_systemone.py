@@ -4,8 +4,12 @@ predict() in this process on the same translated request."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import httpx2
@@ -167,6 +171,59 @@ def test_the_sdk_retries_a_429_after_retry_after(shim):
         thread.join()
     assert statuses[0] == 429 and statuses[-1] == 200 and set(statuses) == {429, 200}
     assert result.choices["team"].choice in ("billing", "delivery")
+
+
+OLDEST_SDK = Path(__file__).resolve().parents[2] / ".cache" / "typesafe-sdk-oldest"
+OLDEST_SDK_VERSION = (Path(__file__).resolve().parents[2] / "constraints" / "typesafe-sdk-oldest.txt") \
+    .read_text().split("typesafe-sdk==")[1].strip()
+
+
+def oldest_sdk(shim, action: str) -> dict:
+    """tests/integration/sdk_program.py run by the oldest SDK the README supports, apart from the newest (-S: no
+    site-packages, only the folder scripts/bootstrap.sh installed it into)."""
+    done = subprocess.run([sys.executable, "-S", str(Path(__file__).with_name("sdk_program.py")), shim.url,
+                           SHIM_TOKEN, NAME, action], env={"PYTHONPATH": str(OLDEST_SDK)}, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["version"] == OLDEST_SDK_VERSION
+    return result
+
+
+@pytest.mark.parametrize("action", ["sync", "async"])
+def test_the_oldest_supported_sdk_asks_three_types_and_gets_predicts_numbers(shim, in_process, canonical, action):
+    _, engine = in_process
+    result = oldest_sdk(shim, action)
+    local = engine.predict(TRANSLATED)
+    assert result["model"] == canonical
+    assert result["typed"] == {name: answer.get("choice", answer.get("score", answer.get("noul")))
+                               for name, answer in local["answers"].items()}
+    assert_equals_predict(result["body"]["answers"], local)
+    assert result["body"]["usage"]["input_tokens"] == local["usage"]["input_tokens"]
+
+
+def test_the_oldest_supported_sdk_lists_models_retries_a_429_and_types_a_401(shim, canonical):
+    assert oldest_sdk(shim, "models")["names"] == [canonical, "internlm/Intern-Decision-4B", NAME]
+    wrong = oldest_sdk(shim, "wrong_key")
+    assert wrong["status"] == 401 and wrong["body"]["error"]["code"] == "unauthorized"
+    # Held long enough for the program's interpreter to start and send while the queue is still full.
+    hold = {"id": "slow", "state": {"__fixture_fault__": {"sleep_seconds": 3}}, "question": "Which?",
+            "options": [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]}
+
+    def slow() -> None:
+        with httpx.Client(base_url=shim.url, timeout=60) as client:
+            client.post("/decide", json=hold, headers=AUTH)
+
+    threads = [threading.Thread(target=slow) for _ in range(SHIM_MAX_QUEUE)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    retried = oldest_sdk(shim, "retry")
+    for thread in threads:
+        thread.join()
+    statuses = retried["statuses"]
+    assert statuses[0] == 429 and statuses[-1] == 200 and set(statuses) == {429, 200}
+    assert retried["choice"] in ("billing", "delivery")
 
 
 def test_a_model_valueerror_is_the_sdks_typed_422_naming_the_call(shim):
