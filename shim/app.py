@@ -24,6 +24,7 @@ from . import semif
 from .calls import CallRunner
 from .access import AccessLog
 from .drain import Drain
+from .framing import CloseUnread, TransferEncodingGuard
 from .gone import ClientWatch
 from .handlers import EXCEPTION_HANDLERS
 from .health import HealthCheck, health
@@ -42,14 +43,16 @@ OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 class ShimApp(Starlette):
     """Starlette with the request id and the access line outside its ServerErrorMiddleware, so that even an
-    unexpected exception's 500 carries the id and is counted."""
+    unexpected exception's 500 carries the id and is counted; inside them the request's framing (shim/framing.py):
+    a Transfer-Encoding other than chunked refused, a response before the body's end closing the connection."""
 
     def __init__(self, *, metrics: ShimMetrics, **kwargs: Any):
         self._metrics = metrics
         super().__init__(**kwargs)
 
     def build_middleware_stack(self) -> ASGIApp:
-        return RequestId(AccessLog(super().build_middleware_stack(), metrics=self._metrics))
+        framed = CloseUnread(TransferEncodingGuard(super().build_middleware_stack()))
+        return RequestId(AccessLog(framed, metrics=self._metrics))
 
 
 def openapi_document() -> bytes:
@@ -113,6 +116,6 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
     app.state.watch = watch
     app.state.drain = drain
     app.state.health = HealthCheck(watch, metrics)
-    app.state.service = DecisionService(watch, settings.max_decisions, metrics, lock)
-    app.state.systemone = SystemOneService(CallRunner(watch, metrics, lock), app.state.health.facts, settings)
+    app.state.service = DecisionService(watch, settings.max_decisions, metrics, lock, drain)
+    app.state.systemone = SystemOneService(CallRunner(watch, metrics, lock, drain), app.state.health.facts, settings)
     return app

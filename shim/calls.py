@@ -1,4 +1,5 @@
-"""A request's calls, sent to the model back to back under the process-wide lock (INV-2), counted and classified."""
+"""A request's calls, sent to the model back to back under the process-wide lock (INV-2), counted and classified.
+The wait for the lock ends early when the client goes, or when a drain stops the queue (shim/waiting.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -7,10 +8,12 @@ from typing import NamedTuple
 
 from wire.answer import CallAnswer
 
+from .drain import Drain
 from .errors import ModelFailure
-from .gone import ClientGone, acquire_unless_gone
+from .gone import ClientGone
 from .metrics import ShimMetrics
 from .model import Model
+from .waiting import acquire
 
 
 class Ran(NamedTuple):
@@ -20,10 +23,11 @@ class Ran(NamedTuple):
 
 
 class CallRunner:
-    def __init__(self, model: Model, metrics: ShimMetrics, lock: asyncio.Lock):
+    def __init__(self, model: Model, metrics: ShimMetrics, lock: asyncio.Lock, drain: Drain | None = None):
         self._model = model
         self._metrics = metrics
         self._lock = lock
+        self._drain = drain
 
     async def run(self, requests: list[dict], request_id: str) -> Ran:
         """The calls' answers in order, as one inference request, and how long the lock was waited for;
@@ -32,7 +36,9 @@ class CallRunner:
         self._metrics.queued.inc()
         queued_at = time.perf_counter()
         try:
-            await acquire_unless_gone(self._lock)  # a request whose client went away first is never scored
+            # a request whose client went away first is never scored; one still waiting when a drain stops the queue
+            # is answered 503 draining (Drained)
+            await acquire(self._lock, self._drain)
         except ClientGone:
             self._metrics.client_gone.inc()
             raise

@@ -3,11 +3,17 @@
 At SIGTERM /health answers 503 `draining` at once, so the balancer (HAProxy's check, Kubernetes' readiness) takes
 the replica out. New POSTs are still admitted for `announce_seconds`, the time the balancer needs to notice:
 refusing them at once would fail the requests it sends in that window (HAProxy retries a connection failure only,
-never an answer). After it, a new POST is 503 `draining` with Retry-After and `Connection: close`. The shim exits
-once the announcement is over and no admitted request is left; Triton, started first, outlives it.
+never an answer). After it, a new POST is 503 `draining` with Retry-After and `Connection: close`, and so is every
+admitted request still waiting for the inference lock (shim/waiting.py): only the one holding it finishes, so the
+drain lasts DRAIN_SECONDS plus one request, never the sum of the queue. The shim exits once the announcement is over
+and no admitted request is left; Triton, started first, outlives it.
+
+begin() is called from a signal handler and only records the moment; the server ticks the drain from its loop
+(shim/server.py, every 0.1 s), which wakes the waiting requests once it refuses.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable
 
@@ -18,6 +24,7 @@ class Drain:
         self._clock = clock
         self._began_at: float | None = None
         self.admitted = 0  # POSTs admitted and not yet answered, counted by the POST guard
+        self.stops_queue = asyncio.Event()  # set by tick() once refusing: the requests waiting for the lock give up
 
     @property
     def draining(self) -> bool:
@@ -37,3 +44,8 @@ class Drain:
     def done(self) -> bool:
         """The drain is over: refusing new requests and none of the admitted ones left."""
         return self.refusing and self.admitted == 0
+
+    def tick(self) -> None:
+        """From the event loop: wake the requests waiting for the lock once the drain refuses."""
+        if self.refusing and not self.stops_queue.is_set():
+            self.stops_queue.set()

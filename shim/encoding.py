@@ -1,14 +1,20 @@
-"""Request bodies sent with a Content-Encoding (gzip or zstd), decoded as they arrive, never past a limit.
+"""Request bodies sent with a Content-Encoding (gzip or zstd), decoded as they arrive, never past a limit, in time
+linear in the bytes sent and in bounded steps.
 
-The limit applies to the decoded bytes, and no decoder is ever asked for more than what is left of it plus one
-byte, so a small body that inflates past the limit costs no more memory than the limit. zstd is the standard
-library's compression.zstd from Python 3.14, its backport (backports.zstd) before.
+The limit applies to the decoded bytes (the POST guard bounds the bytes sent as well, shim/middleware.py), and no
+decoder is ever asked for more than what is left of it plus one byte, so a small body that inflates past the limit
+costs no more memory than the limit. A decompressor is given at most IN_SLICE bytes and asked for at most OUT_SLICE
+bytes at once, and `steps` yields after each such piece, so that its caller can let the event loop run between them.
+A body may hold several gzip members or zstd frames, at most MAX_MEMBERS: what follows the end of one is found by its
+offset in the slice, never by copying the rest of the body, and the cap bounds the work a member's start costs (a
+body of empty frames is mostly starts). zstd is the standard library's compression.zstd from Python 3.14, its
+backport (backports.zstd) before.
 """
 from __future__ import annotations
 
 import sys
 import zlib
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 if sys.version_info >= (3, 14):
     from compression.zstd import ZstdDecompressor, ZstdError
@@ -17,6 +23,10 @@ else:
 
 IDENTITY = "identity"
 ENCODINGS = ("gzip", "zstd")
+IN_SLICE = 64 * 1024  # bytes of the body given to a decompressor at once
+OUT_SLICE = 256 * 1024  # decoded bytes asked of it at once
+MAX_MEMBERS = 64  # gzip members or zstd frames in one body
+_MEMBER_WORD = {"gzip": "members", "zstd": "frames"}
 
 
 class UnsupportedEncoding(ValueError):
@@ -24,7 +34,11 @@ class UnsupportedEncoding(ValueError):
 
 
 class BodyTooLarge(Exception):
-    """The body, decoded, is over the limit (413)."""
+    """The body is over the limit (413): decoded, or (sent) as it came on the wire."""
+
+    def __init__(self, sent: bool = False):
+        super().__init__(sent)
+        self.sent = sent
 
 
 class UndecodableBody(ValueError):
@@ -35,7 +49,13 @@ class _Decompressor(Protocol):
     eof: bool
     unused_data: bytes  # what follows the end of the stream, once eof
 
-    def decompress(self, data: bytes, max_length: int = ...) -> bytes: ...
+    def decompress(self, data: bytes | memoryview, max_length: int = ...) -> bytes: ...
+
+
+def _input_left(decompressor: _Decompressor) -> bytes:
+    """What to give a decompressor that stopped at max_length: zlib hands back the input it did not take
+    (unconsumed_tail); zstd keeps it and continues on empty input."""
+    return getattr(decompressor, "unconsumed_tail", b"")
 
 
 def _gzip() -> _Decompressor:
@@ -60,31 +80,59 @@ def content_encoding(values: list[str]) -> str:
 class BodyDecoder:
     """Feeds the chunks of one body; counts the decoded bytes against `limit`. Identity passes the chunks on."""
 
-    def __init__(self, encoding: str, limit: int):
+    def __init__(self, encoding: str, limit: int, max_members: int = MAX_MEMBERS):
         self._encoding = encoding
         self._limit = limit
+        self._max_members = max_members
         self._decompressor = None if encoding == IDENTITY else _DECOMPRESSORS[encoding]()
+        self._members = 0 if self._decompressor is None else 1
         self._chunks: list[bytes] = []
         self._size = 0
 
     def feed(self, chunk: bytes) -> None:
+        for _ in self.steps(chunk):
+            pass
+
+    def steps(self, chunk: bytes) -> Iterator[None]:
+        """Decodes `chunk`, yielding after each bounded piece of work."""
         if self._decompressor is None:
             self._keep(chunk)
             return
         try:
-            self._inflate(chunk)
+            yield from self._inflate(memoryview(chunk))
         except (zlib.error, ZstdError) as exc:
             raise UndecodableBody(f"the body is not valid {self._encoding}: {exc}") from None
 
-    def _inflate(self, data: bytes) -> None:
-        # Output short of room + 1 bytes means the decompressor took all it could of `data`; output of room + 1
-        # bytes is over the limit. So the only input left over is what follows the end of a gzip member or a
-        # zstd frame: a stream may hold several, each decoded by a fresh decompressor.
-        while data:
+    def _inflate(self, data: memoryview) -> Iterator[None]:
+        # Output short of what was asked means the decompressor took all it could of the slice; output of room + 1
+        # bytes is over the limit. So the only input left over is what follows the end of a gzip member or a zstd
+        # frame (unused_data, at most a slice): its length says where in `data` the next one starts.
+        offset = 0
+        while offset < len(data):
             if self._decompressor.eof:
-                self._decompressor = _DECOMPRESSORS[self._encoding]()
-            self._keep(self._decompressor.decompress(data, self._room() + 1))
-            data = self._decompressor.unused_data if self._decompressor.eof else b""
+                self._next_member()
+            piece = data[offset:offset + IN_SLICE]
+            offset += len(piece)
+            given: bytes | memoryview = piece
+            while True:
+                asked = min(self._room() + 1, OUT_SLICE)
+                output = self._decompressor.decompress(given, asked)
+                self._keep(output)
+                if self._decompressor.eof:
+                    offset -= len(self._decompressor.unused_data)
+                    break
+                if len(output) < asked:
+                    break
+                given = _input_left(self._decompressor)
+                yield
+            yield
+
+    def _next_member(self) -> None:
+        if self._members >= self._max_members:
+            raise UndecodableBody(f"the body holds more than {self._max_members} {self._encoding} "
+                                  f"{_MEMBER_WORD[self._encoding]}")
+        self._members += 1
+        self._decompressor = _DECOMPRESSORS[self._encoding]()
 
     def _room(self) -> int:
         return self._limit - self._size

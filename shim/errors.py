@@ -31,6 +31,10 @@ SCORING_FAILED = PublicError(500, "scoring_failed")
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 # Headers refused by the server before there is a request (shim/server.py).
 HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large")
+# A request on a connection beyond MAX_CONNECTIONS (shim/server.py), answered and closed.
+TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections")
+# A Transfer-Encoding other than chunked alone (shim/framing.py).
+UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding")
 # Seconds a 429 or a draining 503 asks the caller to wait (Retry-After).
 RETRY_AFTER_SECONDS = 1
 

@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import ApiError
+from .locks import acquire_unless
 
 CLIENT_GONE = (499, "client_gone")  # logged, never seen by anyone: there is no one to answer
 
@@ -77,27 +78,22 @@ def client_gone() -> bool:
     return channel is not None and channel.gone.is_set()
 
 
+def client_gone_event() -> asyncio.Event | None:
+    """Set when the request's client goes away; None outside a request watched by ClientWatch."""
+    channel = _current.get()
+    return None if channel is None else channel.gone
+
+
+def gone_error() -> ClientGone:
+    return ClientGone(CLIENT_GONE[0], CLIENT_GONE[1], "the client went away before its request reached the model")
+
+
 async def acquire_unless_gone(lock: asyncio.Lock) -> None:
     """lock.acquire(), unless the request's client goes first (ClientGone, the lock not held). Outside a request
     watched by ClientWatch, a plain acquire."""
-    channel = _current.get()
-    if channel is None:
+    gone = client_gone_event()
+    if gone is None:
         await lock.acquire()
         return
-    acquiring = asyncio.ensure_future(lock.acquire())
-    gone = asyncio.ensure_future(channel.gone.wait())
-    acquired = False
-    try:
-        await asyncio.wait({acquiring, gone}, return_when=asyncio.FIRST_COMPLETED)
-        acquired = acquiring.done() and not channel.gone.is_set()
-    finally:
-        gone.cancel()
-        if not acquired:
-            acquiring.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await acquiring
-            if not acquiring.cancelled():  # it got the lock after all: give it back
-                lock.release()
-    if not acquired:
-        raise ClientGone(CLIENT_GONE[0], CLIENT_GONE[1],
-                         "the client went away before its request reached the model")
+    if await acquire_unless(lock, gone) is not None:
+        raise gone_error()

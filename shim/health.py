@@ -1,10 +1,21 @@
-"""GET /health: whether the model is usable (the watch's verdict, Triton's readiness, the model's facts), and the
-model_up gauge, refreshed by a background loop so it is current without anyone calling /health."""
+"""GET /health: whether the model is usable, from what the shim already knows, and the model_up gauge.
+
+A background loop (keep_checking, every MODEL_CHECK_SECONDS) reads Triton's readiness and the model's facts; the
+watch (shim/watch.py) knows at once when an inference or a ping found the model down. /health answers from those
+two and costs Triton nothing of its own: the watch's verdict first (503 at once), then the loop's last check. Only
+an app run without its lifespan, so without the loop (the unit tests' ASGI transport), checks when asked, one check
+at a time however many callers ask.
+
+/health is open, so what it says is public: a reason never carries an exception's text or an address (the shim
+appends those after "did not answer: " or "cannot be read: "; public_reason cuts them off). The details go to the log,
+and the verdict to intern_decision_shim_model_up.
+"""
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from typing import NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -15,11 +26,27 @@ from .metrics import ShimMetrics
 from .model import Model
 from .planning import CHUNKING, MAX_QUESTIONS_PER_CALL
 from .settings import ShimSettings
+from .watch import ModelWatch
 
 log = logging.getLogger("intern_decision.shim")
 
 FACTS_TTL_SECONDS = 5.0
-MODEL_CHECK_SECONDS = 5.0  # how often the model_up gauge is refreshed without anyone calling /health
+MODEL_CHECK_SECONDS = 5.0  # how often Triton's readiness and the facts are read, whether /health is called or not
+# What precedes an exception's text in the shim's reasons (shim/triton.py): public_reason keeps the words, not it.
+DETAIL_MARKS = ("did not answer: ", "cannot be read: ")
+
+
+def public_reason(reason: str) -> str:
+    """`reason` without what follows the first of DETAIL_MARKS (an exception's type and text, which may name an
+    address); a parenthesis left open by the cut is closed."""
+    cut = min((reason.find(mark) + len(mark) - 2 for mark in DETAIL_MARKS if mark in reason), default=len(reason))
+    kept = reason[:cut]
+    return kept + ")" * max(0, kept.count("(") - kept.count(")"))
+
+
+class Verdict(NamedTuple):
+    reason: str | None  # why the model is not usable, in full; None when it is
+    facts: ModelFacts | None  # the model's facts, when it is usable
 
 
 class FactsCache:
@@ -42,32 +69,65 @@ class FactsCache:
 
 
 class HealthCheck:
-    def __init__(self, model: Model, metrics: ShimMetrics):
-        self._model = model
+    def __init__(self, watch: ModelWatch, metrics: ShimMetrics):
+        self._watch = watch
         self._metrics = metrics
-        self.facts = FactsCache(model)
+        self.facts = FactsCache(watch)
+        self._last: Verdict | None = None  # the last check's, without the watch's own verdict
+        self._checking: asyncio.Future | None = None
+        self._kept = False  # whether keep_checking runs
 
-    async def check(self) -> tuple[str | None, ModelFacts | None]:
-        """(why the model is not usable, or None; its facts when it is), as /health says; sets model_up."""
-        not_ready, facts = await self._model.ready(), None
-        if not_ready is None:
+    async def current(self) -> Verdict:
+        """What /health says, the reason in public words; sets model_up. No call to Triton of its own while
+        keep_checking runs and has checked once."""
+        if self._watch.down is None and not (self._kept and self._last is not None):
+            await self.check()
+        verdict = self._last if self._watch.down is None else Verdict(self._watch.down, None)
+        self._metrics.model_up.set(verdict.reason is None)
+        return verdict if verdict.reason is None else Verdict(public_reason(verdict.reason), None)
+
+    async def check(self) -> Verdict:
+        """Reads Triton's readiness and the facts now; callers that ask while a check runs share it."""
+        if self._checking is None:
+            self._checking = asyncio.ensure_future(self._read())
+            self._checking.add_done_callback(self._checked)
+        return await asyncio.shield(self._checking)
+
+    def _checked(self, done: asyncio.Future) -> None:
+        if self._checking is done:
+            self._checking = None
+
+    async def _read(self) -> Verdict:
+        reason, facts = await self._watch.triton_ready(), None
+        if reason is None:
             try:
                 facts = await self.facts.get()
             except ApiError as exc:
-                not_ready = exc.message
-        if not_ready is not None:
+                reason = exc.message
+        if reason is not None:
             self.facts.clear()  # a restarted model may bring other pins
-        self._metrics.model_up.set(not_ready is None)
-        return not_ready, facts
+        previous, self._last = self._last, Verdict(reason, facts)
+        if reason is not None and (previous is None or previous.reason != reason):
+            log.warning("the health check finds the model not usable: %s", reason)
+        elif reason is None and previous is not None and previous.reason is not None:
+            log.warning("the health check finds the model usable again")
+        self._metrics.model_up.set(reason is None and self._watch.down is None)
+        return self._last
 
     async def keep_checking(self) -> None:
-        while True:
-            try:
-                await self.check()
-            except Exception:
-                self._metrics.model_up.set(0)
-                log.exception("the background model check failed")
-            await asyncio.sleep(MODEL_CHECK_SECONDS)
+        self._kept = True
+        try:
+            while True:
+                try:
+                    await self.check()
+                except Exception:
+                    self._metrics.model_up.set(0)
+                    log.exception("the background model check failed")
+                await asyncio.sleep(MODEL_CHECK_SECONDS)
+        finally:
+            self._kept = False
+            if self._checking is not None:
+                self._checking.cancel()
 
 
 def health_body(settings: ShimSettings, facts: ModelFacts) -> dict:
@@ -87,8 +147,8 @@ async def health(request: Request) -> JSONResponse:
     if request.app.state.drain.draining:
         return JSONResponse({"status": "draining", **envelope(DRAINING.code, "this replica is shutting down")},
                             status_code=DRAINING.status)
-    not_ready, facts = await request.app.state.health.check()
-    if not_ready is not None:
-        body = {"status": "unavailable", **envelope(UNAVAILABLE.code, not_ready)}
+    verdict = await request.app.state.health.current()
+    if verdict.reason is not None:
+        body = {"status": "unavailable", **envelope(UNAVAILABLE.code, verdict.reason)}
         return JSONResponse(body, status_code=503)
-    return JSONResponse(health_body(request.app.state.settings, facts))
+    return JSONResponse(health_body(request.app.state.settings, verdict.facts))

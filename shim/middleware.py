@@ -7,10 +7,11 @@
 2. the Content-Encoding (415 unless identity, gzip or zstd), from the headers alone;
 3. admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
 4. the body (413), decoded (shim/encoding.py) and counted as it arrives, chunked bodies included; the limit is on
-   the decoded bytes. A declared Content-Length of an unencoded body is trusted only when it is ASCII digits, and
-   then refuses early. The whole body must arrive within BODY_TIMEOUT_SECONDS of admission, else 408 and the
+   the bytes sent and, for gzip and zstd, on the decoded bytes too. A declared Content-Length is trusted only when
+   it is ASCII digits, and then refuses early, whatever the encoding. Decoding runs in bounded steps with the event
+   loop free between them. The whole body must arrive within BODY_TIMEOUT_SECONDS of admission, else 408 and the
    connection is closed: a slow client cannot hold a queue slot; a body that is not a whole stream of its
-   encoding is 422;
+   encoding (or holds more than MAX_MEMBERS members or frames) is 422;
 5. the app (validation and scoring) gets the decoded body replayed.
 """
 from __future__ import annotations
@@ -102,10 +103,15 @@ class PostGuard:
                              f"the body did not arrive within {self._body_timeout:g} s (BODY_TIMEOUT_SECONDS)",
                              {"Connection": "close"})
                 return
-            except BodyTooLarge:
-                decoded = "" if encoding == IDENTITY else f" once its {encoding} is decoded"
+            except BodyTooLarge as exc:
+                if encoding == IDENTITY:
+                    how = ""
+                elif exc.sent:
+                    how = f" as sent, before its {encoding} is decoded"
+                else:
+                    how = f" once its {encoding} is decoded"
                 await refuse(scope, receive, send, TOO_LARGE,
-                             f"the body is larger than {self._max_body} bytes{decoded} (MAX_BODY_BYTES)")
+                             f"the body is larger than {self._max_body} bytes{how} (MAX_BODY_BYTES)")
                 return
             except UndecodableBody as exc:
                 await refuse(scope, receive, send, INVALID, str(exc))
@@ -117,17 +123,23 @@ class PostGuard:
             self._drain.admitted -= 1
 
     async def _read_body(self, scope: Scope, receive: Receive, encoding: str) -> bytes | None:
-        """The whole body decoded, or None when the client went away; BodyTooLarge past MAX_BODY_BYTES."""
-        if encoding == IDENTITY:
-            declared = declared_length(scope["headers"])
-            if declared is not None and declared > self._max_body:
-                raise BodyTooLarge
+        """The whole body decoded, or None when the client went away; BodyTooLarge past MAX_BODY_BYTES, sent or
+        decoded."""
+        declared = declared_length(scope["headers"])
+        if declared is not None and declared > self._max_body:
+            raise BodyTooLarge(sent=True)
         decoder = BodyDecoder(encoding, self._max_body)
+        sent = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return None
-            decoder.feed(message.get("body", b""))
+            chunk = message.get("body", b"")
+            sent += len(chunk)
+            if sent > self._max_body:
+                raise BodyTooLarge(sent=True)
+            for _ in decoder.steps(chunk):
+                await asyncio.sleep(0)  # the event loop runs between the decoder's steps
             if not message.get("more_body", False):
                 return decoder.body()
 

@@ -10,6 +10,7 @@ from wire.answer import CallAnswer
 from .calls import CallRunner, Ran
 from .combining import averaged_result, ordering_result
 from .context import note_usage
+from .drain import Drain
 from .metrics import ShimMetrics
 from .model import Model
 from .planning import Call, plan
@@ -17,8 +18,9 @@ from .validation import Decision
 
 
 class DecisionService:
-    def __init__(self, model: Model, max_decisions: int, metrics: ShimMetrics, lock: asyncio.Lock | None = None):
-        self._runner = CallRunner(model, metrics, lock or asyncio.Lock())
+    def __init__(self, model: Model, max_decisions: int, metrics: ShimMetrics, lock: asyncio.Lock | None = None,
+                 drain: Drain | None = None):
+        self._runner = CallRunner(model, metrics, lock or asyncio.Lock(), drain)
         self._max_decisions = max_decisions
 
     async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], Ran]:

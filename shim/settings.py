@@ -33,6 +33,10 @@ class ShimSettings:
     body_timeout_seconds: float = 5.0
     api_token_next: str | None = None
     drain_seconds: float = 5.0
+    # The connection's bounds (shim/server.py): the request line and headers must arrive within
+    # header_timeout_seconds of the connection's opening or the request's first byte; at most max_connections open.
+    header_timeout_seconds: float = 10.0
+    max_connections: int = 256
     # The System One surface (shim/systemone/).
     extra_model_names: tuple[str, ...] = ()
     model_release_date: str = DEFAULT_RELEASE_DATE
@@ -60,12 +64,17 @@ class ShimSettings:
         model_name = env.get(PREFIX + "MODEL_NAME", "") or "intern_decision"
         if not re.fullmatch(r"[A-Za-z0-9_\-.]+", model_name):
             raise ValueError(f"{PREFIX}MODEL_NAME must be a Triton model name, got {model_name!r}")
+        max_queue = _integer(env, "MAX_QUEUE", 32)
+        max_connections = _integer(env, "MAX_CONNECTIONS", 256)
+        if max_connections <= max_queue:  # a full queue must leave room for /health and the refusals
+            raise ValueError(f"{PREFIX}MAX_CONNECTIONS must be above {PREFIX}MAX_QUEUE ({max_queue}), "
+                             f"got {max_connections}")
         return cls(
             api_token=token,
             api_token_next=token_next,
             max_decisions=_integer(env, "MAX_DECISIONS", 64),
             max_body_bytes=_integer(env, "MAX_BODY_BYTES", 1024 * 1024),
-            max_queue=_integer(env, "MAX_QUEUE", 32),
+            max_queue=max_queue,
             triton_url=triton_url,
             metrics_url=metrics_url,
             model_name=model_name,
@@ -75,6 +84,8 @@ class ShimSettings:
             triton_api_key=triton_api_key,
             probe_seconds=_seconds(env, "PROBE_SECONDS", 5.0),
             drain_seconds=_seconds(env, "DRAIN_SECONDS", 5.0),
+            header_timeout_seconds=_seconds(env, "HEADER_TIMEOUT_SECONDS", 10.0),
+            max_connections=max_connections,
             extra_model_names=_model_names(env, "EXTRA_MODEL_NAMES"),
             model_release_date=_date(env, "MODEL_RELEASE_DATE", DEFAULT_RELEASE_DATE),
             max_batch_items=_integer(env, "MAX_BATCH_ITEMS", 32),

@@ -59,6 +59,10 @@ class ModelWatch:
     async def ready(self) -> str | None:
         return self.down or await self._model.ready()
 
+    async def triton_ready(self) -> str | None:
+        """Triton's own readiness of the model, whatever the watch knows (the health check adds `down` itself)."""
+        return await self._model.ready()
+
     async def facts(self) -> ModelFacts:
         return await self._model.facts()
 
@@ -84,9 +88,9 @@ class ModelWatch:
 
     async def step(self) -> None:
         """Wait for the next ping, ping, and act on the answer."""
-        try:
-            await asyncio.wait_for(self._wake.wait(),
-                                   self._probe_seconds if self.down is None else self._retry_seconds)
+        try:  # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancel that meets the wake-up
+            async with asyncio.timeout(self._probe_seconds if self.down is None else self._retry_seconds):
+                await self._wake.wait()
         except TimeoutError:
             pass
         self._wake.clear()

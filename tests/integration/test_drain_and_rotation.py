@@ -1,8 +1,10 @@
 """Drain, a second token and gone clients against the real CPU stack: the session's tritonserver, and shims of this
 module's own under uvicorn (the drain test stops its shim).
 
-* SIGTERM: /health 503 at once; a POST sent while the drain is announced is admitted and scored; one after it is
-  503 draining with Retry-After; the request in progress finishes; the shim exits 0 and Triton stays ready.
+* SIGTERM: /health 503 at once; a POST sent while the drain is announced is admitted and scored (it gets the lock
+  before DRAIN_SECONDS are over: a request still waiting for it then is answered 503 draining, tests/unit/
+  test_shim_drain.py); one after it is 503 draining with Retry-After; the request in progress finishes; the shim
+  exits 0 and Triton stays ready.
 * API_TOKEN and API_TOKEN_NEXT are both accepted, anything else is 401.
 * A request whose client gave up while it waited for the lock never reaches the model, and is counted.
 """
@@ -25,7 +27,8 @@ from .test_triton_model import quiet_metrics, settled_call_counts
 pytestmark = pytest.mark.triton
 AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 NEXT_TOKEN = "integration-next-token-9876543210-zyxwvu"
-DRAIN_SECONDS = 1.0
+DRAIN_SECONDS = 3.0  # above what is left of the request in progress (2.5 s, signalled at 0.5 s), so that the
+# request announced behind it holds the lock before the drain stops the queue
 NO_CALLS = {"ok": 0, "invalid": 0, "out_of_memory": 0, "failed": 0}
 
 

@@ -3,19 +3,28 @@ announced and refused after it (401 still first), admitted requests finished, th
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
+
+from devstack.process import free_port
 
 from shim.app import create_app
 from shim.drain import Drain
 from shim.server import DrainingServer, config
 
 from .fake_model import FakeModel
-from .test_shim_app import AUTH, decide_body, make_settings
+from .test_shim_app import AUTH, TOKEN, decide_body, make_settings
 
 pytestmark = pytest.mark.anyio
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -121,3 +130,55 @@ async def test_the_server_exits_once_the_drain_is_done():
     assert await server.on_tick(1) is False
     drain.admitted = 0
     assert await server.on_tick(2) is True
+
+
+def test_sigterm_with_a_full_queue_answers_every_admitted_request_before_one_more_call_is_over(tmp_path):
+    """A real shim (tests/unit/fake_shim.py) whose calls take CALL seconds, its queue full when SIGTERM comes: the
+    request holding the lock finishes (200); every one still waiting for it is answered 503 draining with
+    Retry-After once DRAIN_SECONDS are over, not scored one after another; none is reset; the shim exits 0. So a
+    grace period of DRAIN_SECONDS plus one request (and a margin) loses nothing admitted."""
+    call, drain_seconds, queue = 1.5, 0.5, 6
+    port = free_port()
+    env = {**os.environ, "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
+           "INTERN_DECISION_MAX_QUEUE": str(queue), "INTERN_DECISION_DRAIN_SECONDS": str(drain_seconds),
+           "INTERN_DECISION_PROBE_SECONDS": "3600", "FAKE_CALL_SECONDS": str(call)}
+    log = (tmp_path / "shim.log").open("wb")
+    process = subprocess.Popen([sys.executable, "-m", "tests.unit.fake_shim", "--port", str(port)],
+                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "the shim did not start"
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        with ThreadPoolExecutor(queue) as pool:
+            def post(number: int):
+                try:
+                    return httpx.post(f"{url}/decide", json=decide_body(id=f"d{number}"), headers=AUTH, timeout=60)
+                except httpx.TransportError as exc:
+                    return exc
+
+            first = pool.submit(post, 0)
+            time.sleep(0.3)  # it holds the lock
+            rest = [pool.submit(post, number) for number in range(1, queue)]
+            time.sleep(0.3)  # all admitted, waiting for the lock
+            process.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            answers = [future.result(timeout=60) for future in [first, *rest]]
+            answered_within = time.monotonic() - signalled
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+    assert not [answer for answer in answers if isinstance(answer, Exception)], answers  # none reset
+    assert answers[0].status_code == 200, answers[0].text
+    for answer in answers[1:]:
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "1", answer.text
+        assert answer.json()["error"]["code"] == "draining"
+    assert answered_within < drain_seconds + call + 1.0  # not the sum of the queue (6 calls: 9 s)

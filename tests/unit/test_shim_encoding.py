@@ -1,11 +1,16 @@
-"""Encoded request bodies: decoded chunk by chunk, the limit on the decoded bytes, never more than it in memory."""
+"""Encoded request bodies: decoded chunk by chunk, the limit on the decoded bytes, never more than it in memory; in
+bounded steps, members found by offset and capped in number."""
 import gzip
+import random
+import time
 import tracemalloc
 
 import pytest
 from backports import zstd
 
-from shim.encoding import (BodyDecoder, BodyTooLarge, UndecodableBody, UnsupportedEncoding, content_encoding)
+from shim import encoding as encoding_module
+from shim.encoding import (IN_SLICE, MAX_MEMBERS, OUT_SLICE, BodyDecoder, BodyTooLarge, UndecodableBody,
+                           UnsupportedEncoding, content_encoding)
 
 BODY = b'{"state": "' + b"x" * 50_000 + b'"}'
 COMPRESS = {"gzip": gzip.compress, "zstd": zstd.compress}
@@ -71,3 +76,43 @@ def test_identity_passes_the_chunks_on_and_counts_them():
     assert decoder.body() == b"abcde"
     with pytest.raises(BodyTooLarge):
         decoder.feed(b"f")
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+@pytest.mark.parametrize("in_slice, out_slice", [(1, 1), (7, 5), (100, 1000), (65536, 3)])
+def test_members_are_found_by_offset_whatever_the_slices(encoding, in_slice, out_slice, monkeypatch):
+    monkeypatch.setattr(encoding_module, "IN_SLICE", in_slice)
+    monkeypatch.setattr(encoding_module, "OUT_SLICE", out_slice)
+    parts = [BODY[:3000], b"", b"abc", BODY[:100]]
+    raw = b"".join(COMPRESS[encoding](part) for part in parts)
+    for chunk in (1, 13, 4096, 10**6):
+        decoder = BodyDecoder(encoding, 10**6)
+        for start in range(0, len(raw), chunk):
+            decoder.feed(raw[start:start + chunk])
+        assert decoder.body() == b"".join(parts)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_more_members_than_the_cap_are_undecodable_at_once(encoding):
+    empty = COMPRESS[encoding](b"")
+    within = BodyDecoder(encoding, 10)
+    within.feed(empty * MAX_MEMBERS)
+    assert within.body() == b""
+    raw = empty * (4 * 1024 * 1024 // len(empty))  # 4 MiB of empty members
+    started = time.perf_counter()
+    with pytest.raises(UndecodableBody, match=f"more than {MAX_MEMBERS} {encoding}"):
+        BodyDecoder(encoding, 10**6).feed(raw)
+    assert time.perf_counter() - started < 0.5
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_decoding_comes_in_bounded_steps(encoding):
+    """Each step gives a decompressor at most IN_SLICE bytes and asks it for at most OUT_SLICE: a caller that lets
+    the event loop run between steps is never held for more than one."""
+    body = b"y" * (4 * OUT_SLICE)
+    decoder = BodyDecoder(encoding, len(body))
+    steps = sum(1 for _ in decoder.steps(COMPRESS[encoding](body)))
+    assert steps >= 4 and decoder.body() == body
+    sent = random.Random(0).randbytes(3 * IN_SLICE)  # incompressible: as many bytes sent as decoded
+    decoder = BodyDecoder(encoding, len(sent))
+    assert sum(1 for _ in decoder.steps(COMPRESS[encoding](sent))) >= 3 and decoder.body() == sent

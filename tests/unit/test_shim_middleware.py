@@ -1,11 +1,13 @@
-"""Limits as ASGI middleware, driven with raw ASGI messages: 413 (declared and counted), 429 before the body (with
-Retry-After), 408 when the body is too slow, one Authorization header."""
+"""Limits as ASGI middleware, driven with raw ASGI messages: 413 (declared and counted, sent and decoded, whatever the
+encoding), 429 before the body (with Retry-After), 408 when the body is too slow, one Authorization header."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 
 import pytest
+from backports import zstd
 
 from shim.middleware import PostGuard, bearer_matches, declared_length
 
@@ -111,6 +113,28 @@ async def test_a_small_declared_length_does_not_let_a_larger_body_through():
     exchange = Exchange([b"x" * 60, b"x" * 60], headers={"content-length": "10"})
     await guard(app)(exchange.scope, exchange.receive, exchange.send)
     assert exchange.status == 413 and app.bodies == []
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+async def test_a_declared_length_over_the_limit_is_413_before_reading_whatever_the_encoding(encoding):
+    app = EchoApp()
+    exchange = Exchange([b"x" * 10], headers={"content-length": "101", "content-encoding": encoding})
+    await guard(app)(exchange.scope, exchange.receive, exchange.send)
+    assert (exchange.status, exchange.error_code) == (413, "request_too_large")
+    assert exchange.chunks_read == 0 and app.bodies == []
+
+
+@pytest.mark.parametrize("encoding, empty", [("gzip", gzip.compress(b"", mtime=0)), ("zstd", zstd.compress(b""))],
+                         ids=["gzip", "zstd"])
+async def test_the_bytes_sent_count_against_the_limit_even_when_they_decode_to_nothing(encoding, empty):
+    app = EchoApp()
+    frames = empty * (60 // len(empty) + 1)  # over 60 bytes sent, nothing decoded
+    exchange = Exchange([frames, frames], headers={"content-encoding": encoding})
+    await guard(app)(exchange.scope, exchange.receive, exchange.send)
+    assert (exchange.status, exchange.error_code) == (413, "request_too_large")
+    assert json.loads(exchange.sent[1]["body"])["error"]["message"] == (
+        f"the body is larger than 100 bytes as sent, before its {encoding} is decoded (MAX_BODY_BYTES)")
+    assert app.bodies == []
 
 
 async def test_past_max_queue_the_next_post_is_429_before_its_body_is_read():

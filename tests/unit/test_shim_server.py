@@ -1,7 +1,13 @@
 """The server python -m shim runs, over real sockets in this process: the request line and headers bounded in time and
-size, kept-alive connections still served, and no access log."""
+size, kept-alive connections still served, and no access log; a refusal closes the connection it does not read, a
+trickled body is cut at an overall deadline, connections are bounded, Transfer-Encoding is chunked alone, and
+compressed bodies never hold the event loop."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import gzip
 import json
 import socket
 import threading
@@ -9,6 +15,7 @@ import time
 
 import pytest
 import uvicorn
+from backports import zstd
 
 from devstack.process import free_port
 from shim import server
@@ -20,11 +27,12 @@ from .fake_model import FakeModel
 TOKEN = "s3cret-token-for-tests-0123456789abcdef"
 
 
-@pytest.fixture(scope="module")
-def address():
+@contextlib.contextmanager
+def serving(**env: str):
+    """A shim under uvicorn in a thread of this process, over a fake model; env: INTERN_DECISION_* without it."""
     port = free_port()
-    settings = ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN,
-                                      "INTERN_DECISION_TRITON_API_KEY": "k" * 32})
+    settings = ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
+                                      **{f"INTERN_DECISION_{name}": value for name, value in env.items()}})
     config = server.config(create_app(settings, FakeModel()), "127.0.0.1", port)
     assert config.access_log is False and config.timeout_keep_alive == server.KEEP_ALIVE_SECONDS
     instance = uvicorn.Server(config)
@@ -34,9 +42,17 @@ def address():
     while not instance.started:
         assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
         time.sleep(0.02)
-    yield "127.0.0.1", port
-    instance.should_exit = True
-    thread.join(10)
+    try:
+        yield "127.0.0.1", port
+    finally:
+        instance.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def address():
+    with serving(HEADER_TIMEOUT_SECONDS="0.5") as served:
+        yield served
 
 
 def connect(address) -> socket.socket:
@@ -62,8 +78,7 @@ def read_response(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
-def test_headers_slower_than_the_deadline_close_the_connection(address, monkeypatch):
-    monkeypatch.setattr(server, "HEADER_TIMEOUT_SECONDS", 0.5)
+def test_headers_slower_than_the_deadline_close_the_connection(address):  # HEADER_TIMEOUT_SECONDS=0.5
     with connect(address) as sock:
         started = time.monotonic()
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
@@ -73,8 +88,7 @@ def test_headers_slower_than_the_deadline_close_the_connection(address, monkeypa
         assert 0.45 <= time.monotonic() - started < 3
 
 
-def test_a_connection_that_sends_nothing_is_closed_at_the_deadline(address, monkeypatch):
-    monkeypatch.setattr(server, "HEADER_TIMEOUT_SECONDS", 0.5)
+def test_a_connection_that_sends_nothing_is_closed_at_the_deadline(address):  # HEADER_TIMEOUT_SECONDS=0.5
     with connect(address) as sock:
         started = time.monotonic()
         assert read_until_closed(sock) == b""
@@ -96,8 +110,7 @@ def test_headers_over_the_limit_are_431_in_the_envelope_and_closed(address):
     assert json.loads(body)["error"]["code"] == "request_header_too_large"
 
 
-def test_a_kept_alive_connection_serves_request_after_request(address, monkeypatch):
-    monkeypatch.setattr(server, "HEADER_TIMEOUT_SECONDS", 0.5)
+def test_a_kept_alive_connection_serves_request_after_request(address):  # HEADER_TIMEOUT_SECONDS=0.5
     with connect(address) as sock:
         for _ in range(3):
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -113,3 +126,176 @@ def test_ports_handed_out_together_are_distinct():
     for _ in range(50):
         ports = free_ports(3)
         assert len(set(ports)) == 3 and all(1024 <= port <= 65535 for port in ports)
+
+
+# --- The edge against hostile and unlucky clients: every refusal closes what it does not read, bounded connections,
+# a trickle cut at an overall deadline, Transfer-Encoding chunked alone, compressed bodies that never hold the loop.
+
+AUTH_HEADER = f"Authorization: Bearer {TOKEN}\r\n".encode()
+EDGE_CONNECTIONS = 6
+
+
+@pytest.fixture(scope="module")
+def edge():
+    """A shim whose bounds are short: BODY_TIMEOUT_SECONDS 1, MAX_CONNECTIONS 6, MAX_BODY_BYTES 64 MiB (so that a
+    compressed body is bounded by its decoding, not by its size)."""
+    with serving(BODY_TIMEOUT_SECONDS="1", MAX_QUEUE="2", MAX_CONNECTIONS=str(EDGE_CONNECTIONS),
+                 MAX_BODY_BYTES=str(64 * 1024 * 1024)) as served:
+        yield served
+
+
+def head_of(answer: bytes) -> dict[bytes, bytes]:
+    head = answer.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    return {line.partition(b":")[0].strip().lower(): line.partition(b":")[2].strip() for line in head[1:]}
+
+
+def closed_within(sock: socket.socket, seconds: float, trickle: bytes | None = None) -> tuple[bytes, float]:
+    """What the server sent until it closed the connection, and when (from now); sends `trickle` every 0.2 s
+    meanwhile. AssertionError when still open after `seconds`."""
+    started = time.monotonic()
+    sock.settimeout(0.2)
+    received = b""
+    while time.monotonic() - started < seconds:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            chunk = None
+        except ConnectionResetError:
+            return received, time.monotonic() - started
+        if chunk == b"":
+            return received, time.monotonic() - started
+        received += chunk or b""
+        if trickle is not None:
+            try:
+                sock.sendall(trickle)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+    raise AssertionError(f"still open after {seconds} s; received {received[:200]!r}")
+
+
+def test_an_unauthenticated_post_announcing_a_large_body_is_401_and_closed_at_once(edge):
+    with connect(edge) as sock:
+        sock.sendall(b"POST /decide HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000000\r\n\r\n")
+        answer, seconds = closed_within(sock, 1.0)
+    assert answer.startswith(b"HTTP/1.1 401 ") and head_of(answer)[b"connection"] == b"close"
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("request_head", [
+    b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"POST /decide HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n",
+    b"POST /decide HTTP/1.1\r\nHost: x\r\n" + AUTH_HEADER + b"Transfer-Encoding: chunked\r\n\r\n",
+], ids=["health-with-a-body", "unauthenticated", "admitted"])
+def test_a_body_trickled_a_byte_at_a_time_is_cut_at_the_deadline(edge, request_head):
+    """Each byte arrives well within any per-byte timeout; the connection still ends by BODY_TIMEOUT_SECONDS (1 s
+    here) plus the server's grace, whatever the app did with the request."""
+    trickle = b"1\r\nx\r\n" if b"chunked" in request_head else b"x"
+    with connect(edge) as sock:
+        sock.sendall(request_head)
+        answer, seconds = closed_within(sock, 1 + server.BODY_GRACE_SECONDS + 1.5, trickle)
+    assert answer == b"" or head_of(answer)[b"connection"] == b"close"
+
+
+def test_the_servers_own_body_deadline_cuts_what_the_app_neither_reads_nor_answers():
+    async def app(scope, receive, send):
+        if scope["type"] == "http":
+            await asyncio.sleep(3600)
+
+    port = free_port()
+    limits = server.ConnectionLimits(header_seconds=5, body_seconds=0.5)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning",
+                            http=functools.partial(server.BoundedHeadersProtocol, limits=limits))
+    instance = uvicorn.Server(config)
+    instance.config.timeout_graceful_shutdown = 1
+    thread = threading.Thread(target=instance.run, daemon=True)
+    thread.start()
+    while not instance.started:
+        time.sleep(0.02)
+    try:
+        with connect(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            _, seconds = closed_within(sock, 3.0, b"x")
+        assert 0.4 <= seconds < 2.0
+    finally:
+        instance.should_exit = True
+        thread.join(10)
+
+
+def test_a_connection_beyond_max_connections_is_503_in_the_envelope_and_closed(edge):
+    idle = [connect(edge) for _ in range(EDGE_CONNECTIONS - 1)]  # with the one below: MAX_CONNECTIONS
+    try:
+        with connect(edge) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+        time.sleep(0.1)
+        extra = connect(edge)
+        with connect(edge) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer, _ = closed_within(sock, 2.0)
+        extra.close()
+    finally:
+        for sock in idle:
+            sock.close()
+    assert answer.startswith(b"HTTP/1.1 503 ")
+    head = head_of(answer)
+    assert head[b"connection"] == b"close" and head[b"retry-after"] == b"1" and b"x-request-id" in head
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "too_many_connections"
+    time.sleep(0.2)
+    with connect(edge) as sock:  # the idle ones gone, room again
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize("coding", [b"gzip, chunked", b"identity, chunked"])
+def test_a_transfer_encoding_other_than_chunked_alone_is_refused(edge, coding):
+    body = gzip.compress(b'{"model": "x"}')
+    chunked = hex(len(body))[2:].encode() + b"\r\n" + body + b"\r\n0\r\n\r\n"
+    with connect(edge) as sock:
+        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n" + AUTH_HEADER +
+                     b"Transfer-Encoding: " + coding + b"\r\n\r\n" + chunked)
+        answer, _ = closed_within(sock, 2.0)
+    assert answer.startswith(b"HTTP/1.1 501 ") and head_of(answer)[b"connection"] == b"close"
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "unsupported_transfer_encoding" and "chunked alone" in error["message"]
+
+
+def test_health_answers_within_a_second_while_four_streams_of_empty_zstd_frames_arrive(edge):
+    frames = zstd.compress(b"") * (256 * 1024 // len(zstd.compress(b"")))
+    chunk = hex(len(frames))[2:].encode() + b"\r\n" + frames + b"\r\n"
+    stop = threading.Event()
+    answers: list[bytes] = []
+
+    def stream() -> None:
+        with socket.create_connection(edge, timeout=10) as sock:
+            sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n" + AUTH_HEADER +
+                         b"Content-Encoding: zstd\r\nTransfer-Encoding: chunked\r\n\r\n")
+            try:
+                for _ in range(120):  # 30 MiB
+                    if stop.is_set():
+                        break
+                    sock.sendall(chunk)
+                answers.append(read_until_closed(sock))
+            except OSError:
+                answers.append(b"reset while sending")
+
+    senders = [threading.Thread(target=stream, daemon=True) for _ in range(4)]
+    for sender in senders:
+        sender.start()
+    waits = []
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            with connect(edge) as sock:
+                started = time.monotonic()
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+                waits.append(time.monotonic() - started)
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for sender in senders:
+            sender.join(30)
+    assert max(waits) < 1.0, waits
+    for answer in answers:  # refused, not decoded: a 4xx, or the connection cut while it still sent
+        assert answer == b"reset while sending" or answer.startswith((b"HTTP/1.1 413 ", b"HTTP/1.1 422 ")), answer[:200]

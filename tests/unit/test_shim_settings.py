@@ -54,6 +54,8 @@ def test_the_triton_api_key_must_differ_from_the_token():
     ("CALL_TIMEOUT_SECONDS", "0"), ("CALL_TIMEOUT_SECONDS", "inf"), ("HEALTH_TIMEOUT_SECONDS", "soon"),
     ("PROBE_SECONDS", "0"), ("PROBE_SECONDS", "-5"), ("PROBE_SECONDS", "nan"),
     ("DRAIN_SECONDS", "0"), ("DRAIN_SECONDS", "inf"),
+    ("HEADER_TIMEOUT_SECONDS", "0"), ("HEADER_TIMEOUT_SECONDS", "nan"), ("MAX_CONNECTIONS", "0"),
+    ("MAX_CONNECTIONS", "many"), ("MAX_CONNECTIONS", "32"),
 ])
 def test_a_bad_value_is_refused_naming_the_variable(name, value):
     with pytest.raises(ValueError, match=f"INTERN_DECISION_{name} "):
@@ -100,3 +102,12 @@ def test_the_entry_point_refuses_a_bad_port(monkeypatch, capsys, port):
     monkeypatch.setenv("INTERN_DECISION_TRITON_API_KEY", KEY)
     assert main(["--port", port]) == 2
     assert "INTERN_DECISION_PORT must be a port number" in capsys.readouterr().err
+
+
+def test_the_connection_bounds_and_max_connections_above_the_queue():
+    settings = ShimSettings.from_env(SECRETS)
+    assert (settings.header_timeout_seconds, settings.max_connections) == (10.0, 256)
+    assert ShimSettings.from_env({**SECRETS, "INTERN_DECISION_MAX_QUEUE": "4",
+                                  "INTERN_DECISION_MAX_CONNECTIONS": "5"}).max_connections == 5
+    with pytest.raises(ValueError, match="INTERN_DECISION_MAX_CONNECTIONS must be above INTERN_DECISION_MAX_QUEUE"):
+        ShimSettings.from_env({**SECRETS, "INTERN_DECISION_MAX_QUEUE": "4", "INTERN_DECISION_MAX_CONNECTIONS": "4"})

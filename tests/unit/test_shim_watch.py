@@ -162,3 +162,64 @@ async def until(condition, timeout: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.005)
+
+
+async def test_health_answers_from_what_is_known_without_a_call_to_triton_of_its_own():
+    model = FakeModel(base={"approve": 1.0})
+    asked = {"ready": 0, "facts": 0}
+    ready, facts = model.ready, model.facts
+
+    async def counted_ready():
+        asked["ready"] += 1
+        return await ready()
+
+    async def counted_facts():
+        asked["facts"] += 1
+        return await facts()
+
+    model.ready, model.facts = counted_ready, counted_facts
+    model.probes = [Probe(True)] + [Probe(False, STUB_DEAD, triton_answered=True)] * 100
+    app = create_app(make_settings(probe_seconds="60"), model)
+    async with app.router.lifespan_context(app), \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
+        await until(lambda: model.pings == 1 and asked["facts"] == 1)  # the background check done
+        answers = [await client.get("/health") for _ in range(20)]
+        assert {answer.status_code for answer in answers} == {200}
+        assert asked == {"ready": 1, "facts": 1}  # the background check's, none of /health's own
+        model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: Stub process is not healthy.")
+        assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 502
+        assert (await client.get("/health")).status_code == 503  # at once, from the watch
+        assert asked["ready"] == 1
+
+
+async def test_health_says_no_address_nor_exception_text_when_triton_is_unreachable(caplog):
+    from devstack.process import free_ports
+
+    triton, metrics = free_ports(2)
+    settings = make_settings(triton_url=f"127.0.0.1:{triton}", triton_metrics_url=f"http://127.0.0.1:{metrics}/metrics",
+                             probe_seconds="60", health_timeout_seconds="1")
+    app = create_app(settings)  # the real Triton adapter, nothing listening
+    with caplog.at_level(logging.WARNING, logger="intern_decision.shim"):
+        async with app.router.lifespan_context(app), \
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
+            await until(lambda: app.state.watch.down is not None)
+            health = await client.get("/health")
+    assert health.status_code == 503 and health.json()["status"] == "unavailable"
+    message = health.json()["error"]["message"]
+    assert message == "Triton did not answer"
+    for secret in ("127.0.0.1", str(triton), "Error", "Errno", "refused"):
+        assert secret not in health.text
+    assert str(triton) in caplog.text  # the details go to the log
+
+
+def test_a_public_reason_keeps_the_words_and_drops_what_follows_them():
+    from shim.health import public_reason
+
+    assert public_reason("Triton did not answer: OSError: [Errno 101] Connect call failed ('10.11.12.13', 39999)") \
+        == "Triton did not answer"
+    assert public_reason("an inference failed (Triton did not answer: OSError: x ('10.1.2.3', 1)); checking the "
+                         "model") == "an inference failed (Triton did not answer)"
+    assert public_reason("the model's intern_decision_model_info cannot be read: KeyError: 'x'") \
+        == "the model's intern_decision_model_info cannot be read"
+    assert public_reason("the model did not answer a ping within 2 s") == "the model did not answer a ping within 2 s"
+    assert public_reason(STUB_DEAD) == STUB_DEAD

@@ -1,0 +1,78 @@
+"""The request's framing, as pure ASGI middleware outside everything else (shim/app.py):
+
+* `Transfer-Encoding` must be `chunked` alone: any other coding (`gzip, chunked` among them) is 501
+  `unsupported_transfer_encoding` in the envelope, never a body read as if the coding were not there. A body's
+  compression is `Content-Encoding`'s job (shim/encoding.py).
+* A response sent before the request's body was read to its end carries `Connection: close`, and uvicorn closes the
+  connection once it is sent. A refusal (401, 413, 415, 429, 503 ...) therefore never leaves the connection waiting
+  for the rest of a body that nobody reads: neither a balancer in front of the shim nor a client trickling bytes
+  holds it.
+"""
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import UNSUPPORTED_TRANSFER_ENCODING, envelope
+
+CHUNKED = b"chunked"
+
+
+def transfer_codings(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
+    """The codings named by the Transfer-Encoding headers, in order, lower case."""
+    return [token.strip().lower() for name, value in headers if name == b"transfer-encoding"
+            for token in value.split(b",") if token.strip()]
+
+
+def has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the request says a body follows: a Transfer-Encoding, or a Content-Length other than 0."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"0", b"")):
+            return True
+    return False
+
+
+class TransferEncodingGuard:
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            codings = transfer_codings(scope["headers"])
+            if codings and codings != [CHUNKED]:
+                named = b", ".join(codings).decode("latin-1")
+                response = JSONResponse(
+                    envelope(UNSUPPORTED_TRANSFER_ENCODING.code,
+                             f"Transfer-Encoding {named} is not supported; send chunked alone (a compressed body: "
+                             f"Content-Encoding gzip or zstd)"),
+                    status_code=UNSUPPORTED_TRANSFER_ENCODING.status, headers={"Connection": "close"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class CloseUnread:
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not has_body(scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        read_whole = False
+
+        async def receive_noting_the_end() -> Message:
+            nonlocal read_whole
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                read_whole = True
+            return message
+
+        async def send_closing_unless_read(message: Message) -> None:
+            if message["type"] == "http.response.start" and not read_whole:
+                headers = [(name, value) for name, value in message.get("headers", [])
+                           if name.lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive_noting_the_end, send_closing_unless_read)

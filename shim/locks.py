@@ -1,0 +1,32 @@
+"""Acquiring an asyncio lock unless something else happens first: the one primitive behind giving up a wait for the
+inference lock (shim/gone.py, shim/waiting.py)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+async def acquire_unless(lock: asyncio.Lock, *stops: asyncio.Event) -> asyncio.Event | None:
+    """lock.acquire() unless one of `stops` is set first: None once the lock is held, else the stop that was set
+    (the lock not held). A stop already set, or set while the lock was being handed over, wins."""
+    already = next((stop for stop in stops if stop.is_set()), None)
+    if already is not None:
+        return already
+    acquiring = asyncio.ensure_future(lock.acquire())
+    watching = [asyncio.ensure_future(stop.wait()) for stop in stops]
+    stopped: asyncio.Event | None = None
+    acquired = False
+    try:
+        await asyncio.wait({acquiring, *watching}, return_when=asyncio.FIRST_COMPLETED)
+        stopped = next((stop for stop in stops if stop.is_set()), None)
+        acquired = stopped is None and acquiring.done()
+    finally:
+        for watch in watching:
+            watch.cancel()
+        if not acquired:
+            acquiring.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acquiring
+            if not acquiring.cancelled():  # it got the lock after all: give it back
+                lock.release()
+    return stopped
