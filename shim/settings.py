@@ -41,6 +41,9 @@ class ShimSettings:
     extra_model_names: tuple[str, ...] = ()
     model_release_date: str = DEFAULT_RELEASE_DATE
     max_batch_items: int = 32
+    # System One's operations as MCP tools at /mcp (shim/systemone/mcp.py); off where the mcp package is not
+    # installed (the GPU check's environment).
+    mcp: bool = True
 
     def __repr__(self) -> str:  # never print the token or the key
         return f"ShimSettings(model_name={self.model_name!r}, triton_url={self.triton_url!r}, ...)"
@@ -89,6 +92,7 @@ class ShimSettings:
             extra_model_names=_model_names(env, "EXTRA_MODEL_NAMES"),
             model_release_date=_date(env, "MODEL_RELEASE_DATE", DEFAULT_RELEASE_DATE),
             max_batch_items=_integer(env, "MAX_BATCH_ITEMS", 32),
+            mcp=_switch(env, "MCP", True),
         )
 
 
@@ -123,6 +127,15 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{PREFIX}{name} must be a finite number of seconds > 0, got {raw!r}")
     return value
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(PREFIX + name, "")
+    if raw == "":
+        return default
+    if raw not in ("0", "1"):
+        raise ValueError(f"{PREFIX}{name} must be 1 (on) or 0 (off), got {raw!r}")
+    return raw == "1"
 
 
 def _model_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
