@@ -367,7 +367,9 @@ def _serve(ctx: Context, cap_gib: float | None, attempts: list, shim_log: str) -
                                         ctx.budget)
     ready_seconds = round(time.monotonic() - started, 1)
     token = secrets.token_urlsafe(32)
-    shim = ShimServer(server, {"INTERN_DECISION_API_TOKEN": token}, ctx.out / shim_log, python=ctx.python)
+    # The carry holds the shim's packages but not mcp's (its closure would not fit): the check serves without /mcp.
+    shim = ShimServer(server, {"INTERN_DECISION_API_TOKEN": token, "INTERN_DECISION_MCP": "0"}, ctx.out / shim_log,
+                      python=ctx.python)
     ctx.stack = Stack(server, shim, label, tried)  # from here on, the teardown stops both
     ctx.token_file = ctx.options.scratch / "api-token"
     ctx.token_file.write_text(token)

@@ -31,6 +31,7 @@ class AccessLog:
         started = time.perf_counter()
         usage = context.Usage()
         context.usage.set(usage)
+        scope.setdefault("state", {})["usage"] = usage  # for work done outside the request's task (MCP tools)
         status: int | None = None
 
         async def send_noting_status(message: Message) -> None:

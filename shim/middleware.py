@@ -1,8 +1,8 @@
 """Pure ASGI middleware: the request id, then auth, admission and the body limit in the contract's order for a POST:
 
 1. auth (401) from the headers alone, so an unauthenticated request never takes a queue slot; exactly one
-   Authorization header, scheme `Bearer` in any case (GET /v1/models needs it too, and nothing else); the token is
-   API_TOKEN or, during a rotation, API_TOKEN_NEXT (shim/tokens.py);
+   Authorization header, scheme `Bearer` in any case (the paths create_app names need it whatever the method, and
+   no other GET); the token is API_TOKEN or, during a rotation, API_TOKEN_NEXT (shim/tokens.py);
    then, on a draining shim, 503 draining with Retry-After (shim/drain.py);
 2. the Content-Encoding (415 unless identity, gzip or zstd), from the headers alone;
 3. admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring;
@@ -28,17 +28,12 @@ from . import context
 from .drain import Drain
 from .encoding import IDENTITY, BodyDecoder, BodyTooLarge, UndecodableBody, UnsupportedEncoding, content_encoding
 from .errors import (BUSY, DRAINING, INVALID, REQUEST_TIMEOUT, RETRY_AFTER_SECONDS, TOO_LARGE, UNAUTHORIZED,
-                     UNSUPPORTED_MEDIA_TYPE, PublicError, envelope, validation_detail)
+                     UNSUPPORTED_MEDIA_TYPE, PublicError, envelope)
 from .tokens import AcceptedTokens, bearer_matches
 
 _ASCII_DIGITS = re.compile(rb"[0-9]+")
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 REQUEST_ID_HEADER = b"x-request-id"
-# The System One routes answer the id under the name the TypeSafe SDK reads as well.
-SYSTEMONE_PREFIX = "/v1/"
-SYSTEMONE_REQUEST_ID_HEADER = b"x-typesafe-request-id"
-# Paths that need the bearer token whatever the method (every POST needs it anyway).
-AUTHENTICATED_PATHS = frozenset({"/v1/models"})
 
 
 def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -50,16 +45,15 @@ def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
 
 async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError, message: str,
                  headers: dict[str, str] | None = None) -> None:
-    body = envelope(error.code, message)
-    if error == INVALID and scope["path"].startswith(SYSTEMONE_PREFIX):
-        body.update(validation_detail(["body"], message))
-    await JSONResponse(body, status_code=error.status, headers=headers)(scope, receive, send)
+    await JSONResponse(envelope(error.code, message), status_code=error.status, headers=headers)(scope, receive, send)
 
 
 class PostGuard:
     def __init__(self, app: ASGIApp, api_token: str, max_queue: int, max_body_bytes: int,
-                 body_timeout_seconds: float = 5.0, api_token_next: str | None = None, drain: Drain | None = None):
+                 body_timeout_seconds: float = 5.0, api_token_next: str | None = None, drain: Drain | None = None,
+                 authenticated_paths: frozenset[str] = frozenset()):
         self.app = app
+        self._authenticated_paths = authenticated_paths  # need the token whatever the method
         self._tokens = AcceptedTokens(api_token, api_token_next)
         self._drain = drain if drain is not None else Drain(0.0)
         self._max_queue = max_queue
@@ -68,7 +62,7 @@ class PostGuard:
         self.in_progress = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["method"] != "POST" and scope["path"] not in AUTHENTICATED_PATHS):
+        if scope["type"] != "http" or (scope["method"] != "POST" and scope["path"] not in self._authenticated_paths):
             await self.app(scope, receive, send)
             return
         if not bearer_matches(scope["headers"], self._tokens):
@@ -158,8 +152,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 class RequestId:
-    """Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one; the
-    System One routes' also carry it as x-typesafe-request-id.
+    """Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one.
 
     The id is put in scope["state"] (request.state.request_id) so the Triton calls can carry it, and in the
     request's ContextVar (shim/context.py) so every log line written while the request is handled carries it.
@@ -177,13 +170,9 @@ class RequestId:
         scope.setdefault("state", {})["request_id"] = request_id.decode("ascii")
         context.request_id.set(scope["state"]["request_id"])
 
-        id_headers = [(REQUEST_ID_HEADER, request_id)]
-        if scope["path"].startswith(SYSTEMONE_PREFIX):
-            id_headers.append((SYSTEMONE_REQUEST_ID_HEADER, request_id))
-
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *id_headers]}
+                message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID_HEADER, request_id)]}
             await send(message)
 
         await self.app(scope, receive, send_with_id)

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.triton
 AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 NEXT_TOKEN = "integration-next-token-9876543210-zyxwvu"
 DRAIN_SECONDS = 3.0  # above what is left of the request in progress (2.5 s, signalled at 0.5 s), so that the
-# request announced behind it holds the lock before the drain stops the queue
+# request announced behind it holds the lock before the drain stops the queue; that one takes 2 s, so that the
+# replica is still finishing it (and answering) when the request after the drain's end comes
 NO_CALLS = {"ok": 0, "invalid": 0, "out_of_memory": 0, "failed": 0}
 
 
@@ -55,7 +56,7 @@ def test_sigterm_drains_the_shim_then_it_exits_and_triton_stays(triton, tmp_path
         shim._process.send_signal(signal.SIGTERM)
         time.sleep(0.1)
         health = httpx.get(f"{shim.url}/health", timeout=5)
-        announced = pool.submit(httpx.post, f"{shim.url}/decide", json=decide(),
+        announced = pool.submit(httpx.post, f"{shim.url}/decide", json=slow(2.0),
                                 headers={**AUTH, "X-Request-Id": "drain-announced"}, timeout=60)
         time.sleep(DRAIN_SECONDS + 0.2)
         refused = httpx.post(f"{shim.url}/decide", json=decide(), headers=AUTH, timeout=10)

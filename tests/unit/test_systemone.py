@@ -276,8 +276,9 @@ async def test_the_first_failure_fails_the_batch_naming_the_item(client, model):
     items = [mixed(), mixed(), mixed()]
     response = await client.post("/v1/systemone/batch", json={"requests": items}, headers=AUTH)
     assert response.status_code == 503 and response.headers["retry-after"] == "1"
-    assert response.json() == {"error": {"code": "out_of_memory",
-                                         "message": "requests[1]: call 0 (questions 1–3): CUDA out of memory"}}
+    message = "requests[1]: call 0 (questions 1–3): CUDA out of memory"
+    assert response.json() == {"error": {"code": "out_of_memory", "message": message},
+                               "detail": {"error_type": "overloaded_error", "message": message}}
     assert len(model.calls) == 2  # the third item never ran
 
 
@@ -365,3 +366,110 @@ async def test_the_upper_bounds_are_accepted(client, model):
     assert list(answers["options"]["probabilities"]) == [f"o{n}" for n in range(62)]
     many_questions = await client.post("/v1/systemone", json=mixed(questions=many(64)), headers=AUTH)
     assert many_questions.status_code == 200 and len(many_questions.json()["x_calls"]) == 4
+
+
+# -- errors as TypeSafe writes them, beside the envelope ---------------------------------------------------------
+
+def typesafe_detail(response) -> dict:
+    body = response.json()
+    assert body["detail"] == {"error_type": body["detail"]["error_type"], "message": body["error"]["message"]}
+    return body
+
+
+async def test_every_non_422_error_on_the_system_one_routes_carries_typesafes_detail(model):
+    async with client_for(model, max_queue="1", max_body_bytes="2048") as client:
+        unauthorized = await client.get("/v1/models")
+        assert unauthorized.status_code == 401
+        assert typesafe_detail(unauthorized)["detail"]["error_type"] == "authentication_error"
+        no_token = await client.post("/v1/systemone", json=mixed())
+        assert no_token.status_code == 401 and typesafe_detail(no_token)["error"]["code"] == "unauthorized"
+        too_large = await client.post("/v1/systemone", content=b"{" + b" " * 4096 + b"}",
+                                      headers={**AUTH, "Content-Type": "application/json"})
+        assert too_large.status_code == 413
+        assert typesafe_detail(too_large)["detail"]["error_type"] == "request_too_large"
+        brotli = await client.post("/v1/systemone", content=b"x", headers={**AUTH, "Content-Encoding": "br"})
+        assert brotli.status_code == 415
+        assert typesafe_detail(brotli)["detail"]["error_type"] == "invalid_request_error"
+        missing = await client.get("/v1/nothing", headers=AUTH)
+        assert missing.status_code == 404 and typesafe_detail(missing)["detail"]["error_type"] == "not_found_error"
+        model.fail_with = ModelFailure(Failure.FAILED, "the readout failed")
+        failed = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
+        assert failed.status_code == 500 and typesafe_detail(failed)["detail"] == {
+            "error_type": "api_error", "message": "the readout failed"}
+        assert failed.headers["x-typesafe-request-id"] == failed.headers["x-request-id"]
+
+
+async def test_a_422_keeps_fastapis_detail_list_even_when_refused_at_the_edge(client):
+    undecodable = await client.post("/v1/systemone", content=b"not gzip",
+                                    headers={**AUTH, "Content-Encoding": "gzip", "Content-Type": "application/json"})
+    assert undecodable.status_code == 422
+    body = undecodable.json()
+    assert body["detail"] == [{"loc": ["body"], "msg": body["error"]["message"], "type": "value_error"}]
+    unknown = await client.post("/v1/systemone", json=mixed(model="nobody"), headers=AUTH)
+    assert unknown.status_code == 422 and unknown.json()["detail"][0]["loc"] == ["body", "model"]
+
+
+async def test_the_semif_routes_keep_the_envelope_alone(client):
+    refused = await client.post("/decide", json={})
+    assert refused.status_code == 401 and refused.json() == {
+        "error": {"code": "unauthorized", "message": "missing or wrong bearer token"}}
+    assert "x-typesafe-request-id" not in refused.headers
+
+
+# -- the same operations as MCP tools (the official client against the real stack: tests/integration/test_mcp.py)
+
+MCP_HEADERS = {**AUTH, "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+
+
+async def mcp_call(client, method: str, params: dict | None = None, headers: dict | None = None):
+    message = {"jsonrpc": "2.0", "id": 1, "method": method, **({"params": params} if params is not None else {})}
+    return await client.post("/mcp", json=message, headers=headers if headers is not None else MCP_HEADERS)
+
+
+def without_call_hashes(body: dict) -> dict:
+    return {**body, "x_calls": [{key: value for key, value in call.items() if key != "prompt_sha256"}
+                                for call in body["x_calls"]]}
+
+
+async def test_mcp_lists_the_three_tools_with_the_routes_input_schemas(client):
+    import jsonschema_rs
+
+    listed = await mcp_call(client, "tools/list")
+    assert listed.status_code == 200, listed.text
+    tools = {tool["name"]: tool for tool in listed.json()["result"]["tools"]}
+    assert set(tools) == {"system_one", "system_one_batch", "list_models"}
+    validator = jsonschema_rs.Draft202012Validator(tools["system_one"]["inputSchema"])
+    assert validator.is_valid(mixed()) and not validator.is_valid({**mixed(), "questions": []})
+    batch = jsonschema_rs.Draft202012Validator(tools["system_one_batch"]["inputSchema"])
+    assert batch.is_valid({"requests": [mixed()]}) and not batch.is_valid({"requests": "x"})
+
+
+async def test_an_mcp_tool_answers_what_the_route_answers_and_fails_as_it_fails(client, model):
+    called = await mcp_call(client, "tools/call", {"name": "system_one", "arguments": mixed()},
+                            {**MCP_HEADERS, "X-Request-Id": "mcp-1"})
+    assert called.status_code == 200 and called.headers["x-request-id"] == "mcp-1"
+    result = called.json()["result"]
+    assert not result.get("isError")
+    routed = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
+    assert result["structuredContent"] == json.loads(result["content"][0]["text"])
+    assert without_call_hashes(result["structuredContent"]) == without_call_hashes(routed.json())  # the fake's
+    # hash counts its calls
+    assert model.request_ids == ["mcp-1", routed.headers["x-request-id"]]
+    models = await mcp_call(client, "tools/call", {"name": "list_models", "arguments": {}})
+    assert models.json()["result"]["structuredContent"] == (await client.get("/v1/models", headers=AUTH)).json()
+    bad = await mcp_call(client, "tools/call", {"name": "system_one", "arguments": mixed(model="nobody")})
+    refused = (await client.post("/v1/systemone", json=mixed(model="nobody"), headers=AUTH)).json()
+    assert bad.json()["result"]["isError"] is True
+    assert bad.json()["result"]["structuredContent"] == {"error": refused["error"], "detail": refused["detail"]}
+
+
+async def test_every_mcp_method_needs_the_token(client, model):
+    for method in ("initialize", "tools/list"):
+        refused = await mcp_call(client, method, {}, {k: v for k, v in MCP_HEADERS.items() if k != "Authorization"})
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+    assert model.calls == []
+
+
+async def test_mcp_is_off_with_its_setting(model):
+    async with client_for(model, mcp="0") as client:
+        assert (await mcp_call(client, "tools/list")).status_code == 404
