@@ -51,7 +51,9 @@ def models_body(catalog: Catalog, facts: ModelFacts, settings: ShimSettings) -> 
     pins = {"revision": facts.revision, "inference_sha256": facts.inference_sha256, "pinned": facts.pinned}
     described = (f"{facts.name} ({facts.repo} at revision {facts.revision[:REVISION_DIGITS]}, the pinned "
                  f"inference.py), served on Triton: choice, score and noul questions with calibrated "
-                 f"probabilities; no images")
+                 f"probabilities; no images. Deltas from TypeSafe: confidence is the checkpoint's own (its "
+                 f"calibrated top probability), not TypeSafe's rescaled confidence; at most {MAX_OPTIONS} options "
+                 f"or levels per question (the checkpoint's single-token answer symbols; TypeSafe takes 255)")
     entries = [{"name": catalog.canonical, "description": described, "release_date": settings.model_release_date,
                 **pins, "limits": limits}]
     entries += [{"name": alias, "description": f"Alias of {catalog.canonical}.",

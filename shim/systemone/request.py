@@ -17,6 +17,7 @@ from ..planning import MAX_QUESTIONS_PER_CALL
 from ..validation import InvalidRequest
 
 MAX_OPTIONS = 62  # the checkpoint's answer symbols
+OPTIONS_BOUND = "the checkpoint's single-token answer symbols; TypeSafe takes up to 255"
 QUESTION_TYPES = (CHOICE, SCORE, NOUL)
 CONFIG_KEYS = ("single_call",)
 NOUL_KEYS = ("true", "false")
@@ -145,7 +146,7 @@ def _question(name: str, value: Any, loc: list) -> Question:
         predict["instructions"] = text_of(instructions)
     if kind == CHOICE:
         criteria = _object(question.get("criteria"), [*loc, "criteria"])
-        _count(len(criteria), 1, MAX_OPTIONS, [*loc, "criteria"], "options")
+        _count(len(criteria), 1, MAX_OPTIONS, [*loc, "criteria"], "options", OPTIONS_BOUND)
         predict["criteria"] = {value: "" if description is None else text_of(description)
                                for value, description in
                                ((value, _content(description, [*loc, "criteria", value], nullable=True))
@@ -155,7 +156,7 @@ def _question(name: str, value: Any, loc: list) -> Question:
         criteria = question.get("criteria")
         if not isinstance(criteria, list):
             raise SystemOneInvalid([*loc, "criteria"], "must be an array of levels (a list only)", "list_type")
-        _count(len(criteria), 1, MAX_OPTIONS, [*loc, "criteria"], "levels")
+        _count(len(criteria), 1, MAX_OPTIONS, [*loc, "criteria"], "levels", OPTIONS_BOUND)
         levels = tuple(_content(level, [*loc, "criteria", index], nullable=False)
                        for index, level in enumerate(criteria))
         predict["criteria"] = [text_of(level) for level in levels]
