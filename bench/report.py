@@ -66,6 +66,21 @@ def systemone_section(run: dict) -> list[str]:
     return lines + [""]
 
 
+def mcp_section(run: dict) -> list[str]:
+    """bench/mcp_cost.py: one MCP tool call against the same System One request."""
+    http, mcp = run["http_outside_model_ms"], run["mcp_outside_model_ms"]
+    return ["## What an MCP tool call adds over the same System One request", "",
+            f"`bench/mcp_cost.py`: {run['rounds']} rounds on {run['cores']} cores, alternating `POST /v1/systemone` "
+            "(one choice question) and the JSON-RPC `tools/call` of `system_one` with the same arguments on `POST "
+            "/mcp`, each on a kept-alive connection, each less the forward time its answer reports. ms:", "",
+            "| path | p50 | p90 |", "|---|---|---|",
+            f"| `/v1/systemone` | {http['p50']:.2f} | {http['p90']:.2f} |",
+            f"| `/mcp` `tools/call` | {mcp['p50']:.2f} | {mcp['p90']:.2f} |", "",
+            f"An MCP call adds {run['mcp_adds_p50_ms']:.2f} ms at the median: the SDK's JSON-RPC parsing and "
+            "validation, its per-request transport and task, and the result written twice (structured and as "
+            "text). The model's time is the same.", ""]
+
+
 def write_doc() -> None:
     runs = {path.stem: json.loads(path.read_text()) for path in sorted((BENCH / "results").glob("*.json"))}
     lines = [
@@ -92,6 +107,8 @@ def write_doc() -> None:
                       ""] + table(run) + [""]
     if "systemone" in runs:
         lines += systemone_section(runs["systemone"])
+    if "mcp" in runs:
+        lines += mcp_section(runs["mcp"])
     notes = BENCH / "notes.md"
     DOC.write_text("\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else ""))
 
