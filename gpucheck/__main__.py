@@ -16,7 +16,8 @@ from pathlib import Path
 
 from gpucheck import acceptance_kit
 from gpucheck.carry import DEFAULT_DIR, REPO_ROOT
-from gpucheck.check import DEADLINES, Options, run
+from gpucheck.check import DEADLINES, run
+from gpucheck.context import Options
 
 
 def parse(argv) -> Options:

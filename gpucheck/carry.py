@@ -26,7 +26,9 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 
 # The shim's packages (pyproject's "shim" extra) and numpy<2, which the python backend stub of Triton 24.10 needs in
 # the interpreter it runs (with numpy 2 it dies on the first string tensor while readiness stays green). uvloop is
-# not carried (4.3 MiB): the GPU machine has it, and without it uvicorn runs asyncio's own loop.
+# not carried (4.3 MiB): the GPU machine has it, and without it uvicorn runs asyncio's own loop. mcp is not carried
+# either (its closure, cryptography and pydantic among it, would not fit): the check's shim runs with
+# INTERN_DECISION_MCP=0.
 SERVICE_REQUIREMENTS = (
     "tritonclient[http]==2.73.0",
     "starlette>=0.40",

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from gpucheck import archive, budgets, check
+from gpucheck.context import Options
 from gpucheck.__main__ import parse
 from gpucheck.stack import Stack
 
@@ -97,7 +98,7 @@ def _fake_steps(monkeypatch, timings, sleeps, essential=None):
 
 
 def _options(tmp_path, deadline):
-    return check.Options(mode="cpu", device="cpu", out=tmp_path / "out", scratch=tmp_path / "scratch",
+    return Options(mode="cpu", device="cpu", out=tmp_path / "out", scratch=tmp_path / "scratch",
                          carry=tmp_path / "carry", checkpoint="fixture", rounds=1, warmup=0, kit_checks="4",
                          kit_n=1, deadline=deadline)
 

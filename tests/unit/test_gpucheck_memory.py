@@ -8,7 +8,8 @@ import pytest
 
 from acceptance.checks import overcap, vram
 from acceptance.memory import suggest_cap_gib
-from gpucheck import cap, check, inprocess
+from gpucheck import cap, inprocess, steps
+from gpucheck.context import Context, Inconclusive, Options
 from gpucheck.report import Report, Step
 from tests.unit.test_acceptance_checks import HEALTH, context, error, reply, shared_answer
 
@@ -198,12 +199,12 @@ def test_check_6_under_the_production_cap_is_inconclusive_not_a_failure(tmp_path
 
 def test_where_no_cap_separates_the_checks_overcap_step_is_inconclusive_with_the_numbers(tmp_path):
     caps = cap.plan_caps(measured_inprocess(TOO_CLOSE))
-    options = check.Options(mode="gpu", device="cuda", out=tmp_path / "out", scratch=tmp_path, carry=tmp_path,
+    options = Options(mode="gpu", device="cuda", out=tmp_path / "out", scratch=tmp_path, carry=tmp_path,
                             checkpoint="synthetic-full", rounds=1, warmup=0, kit_checks="4,5,6,7,8", kit_n=1,
                             deadline=100)
-    ctx = check.Context(options, Report(tmp_path, "gpu", 100, []), deadline=None, caps=caps)
+    ctx = Context(options, Report(tmp_path, "gpu", 100, []), deadline=None, caps=caps)
     step = Step("overcap", "overcap")
-    with pytest.raises(check.Inconclusive) as raised:
-        check.overcap_step(ctx, step)
+    with pytest.raises(Inconclusive) as raised:
+        steps.overcap_step(ctx, step)
     assert f"largest {caps['largest_gib']} GiB" in str(raised.value)
     assert step.data["caps"] == caps
