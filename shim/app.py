@@ -22,20 +22,20 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from . import semif
 from .calls import CallRunner
 from .access import AccessLog
 from .drain import Drain
 from .framing import CloseUnread, TransferEncodingGuard
 from .gone import ClientWatch
 from .handlers import EXCEPTION_HANDLERS
-from .health import HealthCheck, health
+from .health import HealthCheck, health_route
 from .metrics import ShimMetrics
 from .middleware import PostGuard, RequestId
 from .model import Model
 from .service import DecisionService
 from .settings import ShimSettings
-from .systemone import routes as systemone
+from .semif import semif_routes
+from .systemone.routes import systemone_routes
 from .systemone.conventions import SystemOneConventions
 from .systemone.service import SystemOneService
 from .triton import TritonModel
@@ -66,33 +66,41 @@ def openapi_document() -> bytes:
     return raw
 
 
-async def openapi_json(request: Request) -> Response:
-    return Response(request.app.state.openapi, media_type="application/json")
+def openapi_route(document: bytes) -> Route:
+    async def openapi_json(request: Request) -> Response:
+        return Response(document, media_type="application/json")
+
+    return Route("/openapi.json", openapi_json, methods=["GET"])
 
 
-@contextlib.asynccontextmanager
-async def lifespan(app: Starlette):
-    watch: ModelWatch = app.state.watch
-    await watch.open()
-    tasks = [asyncio.create_task(app.state.health.keep_checking(), name="model-check"),
-             asyncio.create_task(watch.run(), name="model-watch")]
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            if app.state.mcp is not None:
-                await stack.enter_async_context(app.state.mcp.running())
-            yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await watch.close()
+def lifespan_of(watch: ModelWatch, health_check: HealthCheck, mcp):
+    """The app's background work while it serves: the model's check and watch, and the MCP SDK's task group."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        await watch.open()
+        tasks = [asyncio.create_task(health_check.keep_checking(), name="model-check"),
+                 asyncio.create_task(watch.run(), name="model-watch")]
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if mcp is not None:
+                    await stack.enter_async_context(mcp.running())
+                yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await watch.close()
+
+    return lifespan
 
 
 def create_app(settings: ShimSettings, model: Model | None = None, metrics: ShimMetrics | None = None) -> Starlette:
     """model: the Triton model (a fake in unit tests). metrics: the series this app updates (a fresh set when
-    None); python -m shim serves their registry."""
+    None); python -m shim serves their registry. Every route is bound to its service here; both surfaces share one
+    CallRunner, so one lock (INV-2)."""
     model = model if model is not None else TritonModel(settings)
     metrics = metrics if metrics is not None else ShimMetrics()
     lock = asyncio.Lock()  # INV-2: one request's calls at a time; the watch pings under it too
@@ -100,17 +108,15 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
     drain = Drain(settings.drain_seconds)  # begun by the server on SIGTERM (shim/server.py)
     openapi = openapi_document()
     health_check = HealthCheck(watch, metrics)
-    systemone_service = SystemOneService(CallRunner(watch, metrics, lock, drain), health_check.facts, settings)
+    runner = CallRunner(watch, metrics, lock, drain)
+    systemone_service = SystemOneService(runner, health_check.facts, settings)
     mcp = _mcp_tools(systemone_service, json.loads(openapi)) if settings.mcp else None
     app = ShimApp(
         routes=[
-            Route("/health", health, methods=["GET"]),
-            Route("/decide", semif.decide, methods=["POST"]),
-            Route("/decide/shared", semif.decide_shared, methods=["POST"]),
-            Route("/v1/models", systemone.models, methods=["GET"]),
-            Route("/v1/systemone", systemone.system_one, methods=["POST"]),
-            Route("/v1/systemone/batch", systemone.batch, methods=["POST"]),
-            Route("/openapi.json", openapi_json, methods=["GET"]),
+            health_route(settings, health_check, drain),
+            *semif_routes(DecisionService(runner, settings.max_decisions)),
+            *systemone_routes(systemone_service),
+            openapi_route(openapi),
             *([Route(MCP_PATH, mcp, methods=["POST"])] if mcp is not None else []),
         ],
         middleware=[Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
@@ -122,17 +128,12 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
         metrics=metrics,
         typesafe_prefixes=("/v1/",),
         exception_handlers=EXCEPTION_HANDLERS,
-        lifespan=lifespan,
+        lifespan=lifespan_of(watch, health_check, mcp),
     )
     app.router.redirect_slashes = False  # /decide/ is 404 not_found, never a redirect
-    app.state.settings = settings
-    app.state.openapi = openapi
+    # What the server (shim/server.py) and the tests reach through the app: the drain it begins on SIGTERM, the watch.
     app.state.watch = watch
     app.state.drain = drain
-    app.state.health = health_check
-    app.state.service = DecisionService(watch, settings.max_decisions, metrics, lock, drain)
-    app.state.systemone = systemone_service
-    app.state.mcp = mcp
     return app
 
 

@@ -19,8 +19,10 @@ from typing import NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 from wire.facts import ModelFacts
 
+from .drain import Drain
 from .errors import DRAINING, UNAVAILABLE, ApiError, envelope
 from .metrics import ShimMetrics
 from .model import Model
@@ -143,12 +145,17 @@ def health_body(settings: ShimSettings, facts: ModelFacts) -> dict:
     }
 
 
-async def health(request: Request) -> JSONResponse:
-    if request.app.state.drain.draining:
-        return JSONResponse({"status": "draining", **envelope(DRAINING.code, "this replica is shutting down")},
-                            status_code=DRAINING.status)
-    verdict = await request.app.state.health.current()
-    if verdict.reason is not None:
-        body = {"status": "unavailable", **envelope(UNAVAILABLE.code, verdict.reason)}
-        return JSONResponse(body, status_code=503)
-    return JSONResponse(health_body(request.app.state.settings, verdict.facts))
+def health_route(settings: ShimSettings, check: "HealthCheck", drain: Drain) -> Route:
+    """GET /health, bound to the app's check and drain when the app is built."""
+
+    async def health(request: Request) -> JSONResponse:
+        if drain.draining:
+            return JSONResponse({"status": "draining", **envelope(DRAINING.code, "this replica is shutting down")},
+                                status_code=DRAINING.status)
+        verdict = await check.current()
+        if verdict.reason is not None:
+            body = {"status": "unavailable", **envelope(UNAVAILABLE.code, verdict.reason)}
+            return JSONResponse(body, status_code=503)
+        return JSONResponse(health_body(settings, verdict.facts))
+
+    return Route("/health", health, methods=["GET"])

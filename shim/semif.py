@@ -1,17 +1,22 @@
-"""The semif routes: POST /decide and POST /decide/shared (the contract's surface kept)."""
+"""The semif routes: POST /decide and POST /decide/shared (the contract's surface kept), bound to their service when
+the app is built."""
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 
+from .service import DecisionService
 from .validation import decide_body, parse_json, shared_body
 
 
-async def decide(request: Request) -> JSONResponse:
-    state, decision = decide_body(parse_json(await request.body()))
-    return JSONResponse(await request.app.state.service.decide(state, decision, request.state.request_id))
+def semif_routes(service: DecisionService) -> list[Route]:
+    async def decide(request: Request) -> JSONResponse:
+        state, decision = decide_body(parse_json(await request.body()))
+        return JSONResponse(await service.decide(state, decision, request.state.request_id))
 
+    async def decide_shared(request: Request) -> JSONResponse:
+        state, decisions = shared_body(parse_json(await request.body()))
+        return JSONResponse(await service.decide_shared(state, decisions, request.state.request_id))
 
-async def decide_shared(request: Request) -> JSONResponse:
-    state, decisions = shared_body(parse_json(await request.body()))
-    return JSONResponse(await request.app.state.service.decide_shared(state, decisions, request.state.request_id))
+    return [Route("/decide", decide, methods=["POST"]), Route("/decide/shared", decide_shared, methods=["POST"])]

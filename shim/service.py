@@ -1,7 +1,6 @@
 """The semif routes' requests: their decisions planned into calls, the calls run, the results assembled."""
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -10,17 +9,13 @@ from wire.answer import CallAnswer
 from .calls import CallRunner, Ran
 from .combining import averaged_result, ordering_result
 from .context import note_usage
-from .drain import Drain
-from .metrics import ShimMetrics
-from .model import Model
 from .planning import Call, plan
 from .validation import Decision
 
 
 class DecisionService:
-    def __init__(self, model: Model, max_decisions: int, metrics: ShimMetrics, lock: asyncio.Lock | None = None,
-                 drain: Drain | None = None):
-        self._runner = CallRunner(model, metrics, lock or asyncio.Lock(), drain)
+    def __init__(self, runner: CallRunner, max_decisions: int):
+        self._runner = runner  # the app's one runner: the process-wide lock (INV-2) shared with System One
         self._max_decisions = max_decisions
 
     async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], Ran]:

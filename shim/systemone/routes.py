@@ -1,12 +1,15 @@
-"""The System One handlers; the middleware has already checked the token, admitted a POST and decoded its body."""
+"""The System One routes, bound to their service when the app is built; the edge has already checked the token,
+admitted a POST and decoded its body."""
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from wire import strict_json
 
 from .request import SystemOneInvalid
+from .service import SystemOneService
 
 
 def _body(raw: bytes):
@@ -16,15 +19,15 @@ def _body(raw: bytes):
         raise SystemOneInvalid(["body"], str(exc), "json_invalid") from None
 
 
-async def models(request: Request) -> JSONResponse:
-    return JSONResponse(await request.app.state.systemone.models())
+def systemone_routes(service: SystemOneService) -> list[Route]:
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse(await service.models())
 
+    async def system_one(request: Request) -> JSONResponse:
+        return JSONResponse(await service.answer(_body(await request.body()), request.state.request_id))
 
-async def system_one(request: Request) -> JSONResponse:
-    body = _body(await request.body())
-    return JSONResponse(await request.app.state.systemone.answer(body, request.state.request_id))
+    async def batch(request: Request) -> JSONResponse:
+        return JSONResponse(await service.batch(_body(await request.body()), request.state.request_id))
 
-
-async def batch(request: Request) -> JSONResponse:
-    body = _body(await request.body())
-    return JSONResponse(await request.app.state.systemone.batch(body, request.state.request_id))
+    return [Route("/v1/models", models, methods=["GET"]), Route("/v1/systemone", system_one, methods=["POST"]),
+            Route("/v1/systemone/batch", batch, methods=["POST"])]
