@@ -12,15 +12,18 @@ triton      the calls to Triton over our own HTTP/1.1 connections, each answer r
 watch       the model's liveness: pings, and reloads when its process died   (I/O)
 calls       one request's calls under the process-wide lock, counted and classified (I/O)
 middleware  auth, the encoding, admission, the body limit and deadline as pure ASGI middleware (I/O)
+framing     a Transfer-Encoding other than chunked refused, an answer before the body's end closing the connection
+drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
 access      one JSON access line and the request series per HTTP request    (I/O)
 metrics     the Prometheus series, served on a port of their own           (I/O)
 logs        JSON log lines, the request id on every one                     (pure)
 health      GET /health and the model_up gauge                               (I/O)
 service     the semif requests: decisions planned, calls run, results assembled (I/O)
-semif       the semif routes' handlers
-systemone/  GET /v1/models, POST /v1/systemone and its batch
+semif       the semif routes, bound to their service
+systemone/  GET /v1/models, POST /v1/systemone and its batch (routes bound to their service), TypeSafe's
+            conventions on those paths (conventions), and the same operations as MCP tools at /mcp (mcp)
 handlers    every error answered in the envelope
-app         the Starlette application: wiring only
+app         the Starlette application: wiring only; one CallRunner (one lock) for both surfaces
 server      uvicorn as python -m shim runs it, request headers bounded        (I/O)
 openapi.json  the surface's OpenAPI document, served at /openapi.json
 """
