@@ -18,11 +18,11 @@ from starlette.routing import Route
 from tritonclient.http import InferenceServerClient, InferInput
 
 from shim.http1 import Http1Connection
+from wire.env import host_port
 
 
 def create_app(triton_address: str) -> Starlette:
-    host, _, port = triton_address.rpartition(":")
-    connection = Http1Connection(host, int(port))
+    connection = Http1Connection(*host_port(triton_address))
     headers = json.loads(os.environ.get("FLOOR_TRITON_HEADERS") or "{}")  # Triton's API key header, if locked
 
     async def floor(request: Request) -> Response:

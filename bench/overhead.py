@@ -47,10 +47,11 @@ from devstack.fixture import build_fixture
 from devstack.process import ManagedProcess, free_port
 from devstack.shim import ShimServer
 from devstack.triton import MODEL_REPOSITORY, REPO_ROOT, TritonServer
-from shim.planning import plan
-from shim.systemone.answers import chunks, predict_request
+from shim.planning import chunks, plan
+from shim.systemone.answers import predict_request
 from shim.systemone.request import parse_request
 from shim.validation import shared_body
+from wire.protocol import DATATYPE, MODEL_NAME, REQUEST, RESPONSE
 
 TOKEN = "benchmark-token-0123456789-abcdefghijklmnop"
 BENCH = REPO_ROOT / "bench"
@@ -200,10 +201,10 @@ class DirectTriton:
         started = time.perf_counter()
         answers = []
         for batch in batches:
-            tensor = httpclient.InferInput("REQUEST", [len(batch)], "BYTES")
+            tensor = httpclient.InferInput(REQUEST, [len(batch)], DATATYPE)
             tensor.set_data_from_numpy(np.array(batch, dtype=np.object_))
-            result = self.client.infer("intern_decision", [tensor], headers=self.headers)
-            answers += [json.loads(answer) for answer in result.as_numpy("RESPONSE")]
+            result = self.client.infer(MODEL_NAME, [tensor], headers=self.headers)
+            answers += [json.loads(answer) for answer in result.as_numpy(RESPONSE)]
         elapsed = (time.perf_counter() - started) * 1000
         return elapsed, sum(answer["timing"]["inference_ms"] for answer in answers)
 

@@ -18,6 +18,7 @@ from devstack import triton
 from devstack.fixture import DEFAULT_ROOT, build_fixture
 from devstack.process import ServerExited, port_is_free
 from devstack.shim import ShimServer
+from wire import env as wire_env
 
 CACHE = DEFAULT_ROOT.parent
 TOKEN_FILE = CACHE / "dev-token"
@@ -96,9 +97,10 @@ def up(args: argparse.Namespace) -> int:
 
 
 def port_number(raw: str) -> int:
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 65535:
+    port = wire_env.port_number(raw)
+    if port is None:
         raise argparse.ArgumentTypeError(f"a port number 1..65535, got {raw!r}")
-    return int(raw)
+    return port
 
 
 def main(argv: list[str] | None = None) -> int:

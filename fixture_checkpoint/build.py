@@ -38,8 +38,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
+from intern_decision_model.offline import set_offline
+
+set_offline()  # INV-5, before torch or transformers load
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

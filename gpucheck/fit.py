@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from gpucheck import shapes
 from gpucheck.checkpoint_code import load_inference, prompt_tokens
+from intern_decision_model.offline import set_offline
 
 
 def fit_all(module, tokenizer) -> dict:
@@ -40,8 +40,7 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    set_offline()
     from transformers import AutoTokenizer
 
     module = load_inference(args.checkpoint)

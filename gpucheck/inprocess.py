@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 from intern_decision_model import kernels
+from intern_decision_model.offline import set_offline
 
 
 def block_kernels() -> None:
@@ -141,8 +141,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
 
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    set_offline()
     if args.kernels and args.kernels.is_dir():
         sys.path.insert(0, str(args.kernels))
     if args.block_kernels:

@@ -4,14 +4,14 @@ start() runs the contract's startup checks in order and refuses to serve (Startu
 snapshot path and inference.py hash (INV-3), the CUDA device and arch list (INV-3), the VRAM cap before the weights
 load (INV-4), the fast linear-attention kernels on CUDA (unless the slow path is allowed explicitly), a warm-up that
 scores (INV-3), the prompt-hash check (INV-8) and the vision-tower swap (INV-7).
-answer() scores one predict() request under the CallGuard and adds the prompt hash, prompt version and model facts.
+answer_calls() scores a request's predict() calls under the CallGuard, one after another, and adds the prompt hash, prompt
+version and model facts to each.
 The prompt and the readout are always the checkpoint's; nothing here re-implements them.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import uuid
 from datetime import datetime, timezone
 from collections.abc import Iterator
@@ -25,6 +25,7 @@ from wire.facts import ModelFacts
 from .checkpoint import StartupRefused, load_inference_module, verify_snapshot_path
 from .guard import CallGuard
 from .kernels import kernel_facts, slow_path_refusal
+from .offline import set_offline
 from .settings import PINNED_REPO, Settings
 
 log = logging.getLogger("intern_decision.engine")
@@ -45,12 +46,6 @@ WARMUP_REQUEST = {
 
 # HFBackend.encode renders the chat template with exactly these arguments.
 TEMPLATE_ARGUMENTS = dict(tokenize=False, add_generation_prompt=False, enable_thinking=False, add_vision_id=True)
-
-
-def set_offline() -> None:
-    """INV-5: nothing may reach a hub. Must run before torch or transformers are imported."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
 def render_prompt(module: ModuleType, tokenizer: Any, request: dict) -> str:
@@ -210,13 +205,9 @@ class ServingEngine:
         """Reserved bytes after the warm-up, what a call's memory returns to (0 on the CPU)."""
         return self._guard.baseline or 0
 
-    def answer(self, request: dict) -> dict:
-        """predict()'s output unchanged, plus prompt_sha256, prompt_version and the model facts."""
-        (answer,) = self.answer_calls([request])
-        return answer
-
     def answer_calls(self, requests: list[dict]) -> Iterator[dict]:
-        """Each call's answer, in order, scored one after another; stops at the first call that fails.
+        """Each call's answer, in order, scored one after another; stops at the first call that fails. An answer is
+        predict()'s output unchanged, plus prompt_sha256, prompt_version and the model facts.
 
         The prompt hashes are rendered on a thread of their own while the calls score: the forward pass releases
         the GIL, so rendering call k+1's prompt costs the caller nothing while call k runs.

@@ -1,13 +1,12 @@
 """Model-side configuration, read once from the environment and validated; a bad value is a ValueError naming it."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-PREFIX = "INTERN_DECISION_"
+from wire.env import PREFIX, get, integer, positive_number
 
 PINNED_REPO = "internlm/Intern-Decision-4B"
 PINNED_REVISION = "0e5e6aa7d6d750e2b1504ba11a8136cb58aeb3cd"
@@ -19,7 +18,6 @@ DTYPES = ("bfloat16", "float16", "float32")
 _DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?")
 _REVISION = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_DIGITS = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -53,13 +51,13 @@ class Settings:
     def from_env(cls, env: Mapping[str, str]) -> "Settings":
         revision = _pattern(env, "REVISION", _REVISION, PINNED_REVISION, "40 lowercase hex characters")
         default_checkpoint = HF_CACHE_ROOT / ("models--" + PINNED_REPO.replace("/", "--")) / "snapshots" / revision
-        checkpoint = Path(_get(env, "CHECKPOINT") or default_checkpoint)
+        checkpoint = Path(get(env, "CHECKPOINT") or default_checkpoint)
         if not checkpoint.is_absolute():
             raise ValueError(f"{PREFIX}CHECKPOINT must be an absolute path, got {str(checkpoint)!r}")
-        device = _get(env, "DEVICE") or "cuda"
+        device = get(env, "DEVICE") or "cuda"
         if not _DEVICE.fullmatch(device):
             raise ValueError(f"{PREFIX}DEVICE must be cpu, cuda or cuda:N, got {device!r}")
-        dtype = _get(env, "DTYPE") or PINNED_DTYPE
+        dtype = get(env, "DTYPE") or PINNED_DTYPE
         if dtype not in DTYPES:
             raise ValueError(f"{PREFIX}DTYPE must be one of {', '.join(DTYPES)}, got {dtype!r}")
         inference_sha256 = _pattern(env, "INFERENCE_SHA256", _SHA256, PINNED_INFERENCE_SHA256,
@@ -79,50 +77,24 @@ class Settings:
             inference_sha256=inference_sha256,
             device=device,
             dtype=dtype,
-            vram_cap_gib=_cap(env),
-            max_tokens=_integer(env, "MAX_TOKENS", 8192, minimum=1),
-            release_slack_mib=_integer(env, "RELEASE_SLACK_MIB", 512, minimum=0),
+            vram_cap_gib=positive_number(env, "VRAM_CAP_GIB", "> 0 (GiB)"),
+            max_tokens=integer(env, "MAX_TOKENS", 8192, minimum=1),
+            release_slack_mib=integer(env, "RELEASE_SLACK_MIB", 512, minimum=0),
             keep_vision=_flag(env, "KEEP_VISION"),
             allow_slow_kernels=_flag(env, "ALLOW_SLOW_KERNELS"),
             unpinned=unpinned,
         )
 
 
-def _get(env: Mapping[str, str], name: str) -> str:
-    return env.get(PREFIX + name, "")
-
-
 def _pattern(env: Mapping[str, str], name: str, pattern: re.Pattern, default: str, what: str) -> str:
-    value = _get(env, name) or default
+    value = get(env, name) or default
     if not pattern.fullmatch(value):
         raise ValueError(f"{PREFIX}{name} must be {what}, got {value!r}")
     return value
 
 
-def _integer(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    raw = _get(env, name)
-    if raw == "":
-        return default
-    if not _DIGITS.fullmatch(raw) or int(raw) < minimum:
-        raise ValueError(f"{PREFIX}{name} must be an integer >= {minimum}, got {raw!r}")
-    return int(raw)
-
-
-def _cap(env: Mapping[str, str]) -> float | None:
-    raw = _get(env, "VRAM_CAP_GIB")
-    if raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{PREFIX}VRAM_CAP_GIB must be a finite number > 0 (GiB), got {raw!r}")
-    return value
-
-
 def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = _get(env, name) or "0"
+    raw = get(env, name) or "0"
     if raw not in ("0", "1"):
         raise ValueError(f"{PREFIX}{name} must be 0 or 1, got {raw!r}")
     return raw == "1"

@@ -12,15 +12,18 @@ import logging.config
 import os
 import sys
 
+from wire.env import port_number
+
 from . import logs, metrics, server
 from .app import create_app
 from .settings import ShimSettings
 
 
 def listen_port(raw: str) -> int:
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 65535:
+    port = port_number(raw)
+    if port is None:
         raise ValueError(f"INTERN_DECISION_PORT must be a port number 1..65535, got {raw!r}")
-    return int(raw)
+    return port
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import ApiError
 from .locks import acquire_unless
 
-CLIENT_GONE = (499, "client_gone")  # logged, never seen by anyone: there is no one to answer
+# The status of a request whose client went away: logged, never seen by anyone (there is no one to answer).
+CLIENT_WENT_AWAY = 499
 
 _current: ContextVar["_Channel | None"] = ContextVar("intern_decision_client", default=None)
 
@@ -73,11 +74,6 @@ class ClientWatch:
             await channel.close()
 
 
-def client_gone() -> bool:
-    channel = _current.get()
-    return channel is not None and channel.gone.is_set()
-
-
 def client_gone_event() -> asyncio.Event | None:
     """Set when the request's client goes away; None outside a request watched by ClientWatch."""
     channel = _current.get()
@@ -85,7 +81,7 @@ def client_gone_event() -> asyncio.Event | None:
 
 
 def gone_error() -> ClientGone:
-    return ClientGone(CLIENT_GONE[0], CLIENT_GONE[1], "the client went away before its request reached the model")
+    return ClientGone(CLIENT_WENT_AWAY, "client_gone", "the client went away before its request reached the model")
 
 
 async def acquire_unless_gone(lock: asyncio.Lock) -> None:

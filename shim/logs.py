@@ -10,7 +10,7 @@ import json
 import logging
 import time
 
-from .context import request_id  # noqa: F401 (the log filter's source; tests set it here)
+from .context import request_id
 
 # What every LogRecord has; anything else on a record came from extra= and is written as a field of its own.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
+from wire.env import port_number
 
 from .errors import Failure
 
@@ -80,12 +81,13 @@ def listen_address(env: Mapping[str, str], shim_host: str) -> tuple[str, int] | 
     """Where the metrics are served: INTERN_DECISION_METRICS_HOST (default: the shim's host) and
     INTERN_DECISION_METRICS_PORT (default 9464); port 0 turns them off. A bad value is a ValueError naming it."""
     raw = env.get("INTERN_DECISION_METRICS_PORT", "") or str(DEFAULT_PORT)
-    if not raw.isascii() or not raw.isdigit() or not 0 <= int(raw) <= 65535:
+    port = port_number(raw, lowest=0)
+    if port is None:
         raise ValueError(f"INTERN_DECISION_METRICS_PORT must be a port number 1..65535, or 0 for no metrics, "
                          f"got {raw!r}")
-    if int(raw) == 0:
+    if port == 0:
         return None
-    return env.get("INTERN_DECISION_METRICS_HOST", "") or shim_host, int(raw)
+    return env.get("INTERN_DECISION_METRICS_HOST", "") or shim_host, port
 
 
 def serve(registry: CollectorRegistry, host: str, port: int):

@@ -7,11 +7,13 @@ in request order into calls of at most 16 questions. Calls are numbered in the o
 """
 from __future__ import annotations
 
-import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .validation import Decision, InvalidRequest, Option
+
+T = TypeVar("T")
 
 MAX_QUESTIONS_PER_CALL = 16
 CHUNKING = ("greedy in request order: questions 1-16 form the first call, 17-32 the next, and so on; with "
@@ -21,12 +23,12 @@ CHUNKING = ("greedy in request order: questions 1-16 form the first call, 17-32 
 
 
 def orderings_of(decision: Decision) -> list[tuple[Option, ...]]:
-    options = decision.options
-    if decision.orderings == "rotations":
-        return [options[k:] + options[:k] for k in range(len(options))]
-    if decision.orderings == "all":
-        return list(itertools.permutations(options))
-    return [options]
+    return decision.option_orders
+
+
+def chunks(items: Sequence[T]) -> list[Sequence[T]]:
+    """Greedy in request order: items 1-16 form the first call, 17-32 the next, and so on."""
+    return [items[start:start + MAX_QUESTIONS_PER_CALL] for start in range(0, len(items), MAX_QUESTIONS_PER_CALL)]
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,7 @@ def plan(decisions: list[Decision], max_decisions: int) -> list[Call]:
     calls: list[Call] = []
     for wave in range(max(len(orderings) for orderings in expanded)):
         members = [(index, orderings[wave]) for index, orderings in enumerate(expanded) if len(orderings) > wave]
-        for start in range(0, len(members), MAX_QUESTIONS_PER_CALL):
-            chunk = members[start:start + MAX_QUESTIONS_PER_CALL]
+        for chunk in chunks(members):
             slots = tuple(Slot(index, wave, options, field)
                           for (index, options), field in zip(chunk, _fields(len(chunk))))
             calls.append(Call(len(calls), slots))

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import datetime
-import math
 import re
 from dataclasses import dataclass
 from typing import Mapping
 
-PREFIX = "INTERN_DECISION_"
-_DIGITS = re.compile(r"[0-9]+")
+from wire.env import PREFIX, get, integer, port_number, positive_number
+
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+")
 MIN_TOKEN_LENGTH = 32
@@ -54,29 +53,29 @@ class ShimSettings:
         triton_api_key = _secret(env, "TRITON_API_KEY")
         if triton_api_key == token:  # the key sits on tritonserver's command line; the token must never
             raise ValueError(f"{PREFIX}TRITON_API_KEY must differ from {PREFIX}API_TOKEN")
-        token_next = _secret(env, "API_TOKEN_NEXT") if env.get(PREFIX + "API_TOKEN_NEXT") else None
+        token_next = _secret(env, "API_TOKEN_NEXT") if get(env, "API_TOKEN_NEXT") else None
         if token_next is not None and token_next in (token, triton_api_key):
             raise ValueError(f"{PREFIX}API_TOKEN_NEXT must differ from {PREFIX}API_TOKEN and "
                              f"{PREFIX}TRITON_API_KEY")
-        triton_url = env.get(PREFIX + "TRITON_URL", "") or "127.0.0.1:8000"
-        if not _HOST_PORT.fullmatch(triton_url) or not 1 <= int(triton_url.rsplit(":", 1)[1]) <= 65535:
+        triton_url = get(env, "TRITON_URL") or "127.0.0.1:8000"
+        if not _HOST_PORT.fullmatch(triton_url) or port_number(triton_url.rpartition(":")[2]) is None:
             raise ValueError(f"{PREFIX}TRITON_URL must be host:port without a scheme, got {triton_url!r}")
-        metrics_url = env.get(PREFIX + "TRITON_METRICS_URL", "") or "http://127.0.0.1:8002/metrics"
+        metrics_url = get(env, "TRITON_METRICS_URL") or "http://127.0.0.1:8002/metrics"
         if not re.fullmatch(r"https?://\S+", metrics_url):
             raise ValueError(f"{PREFIX}TRITON_METRICS_URL must be an http(s) URL, got {metrics_url!r}")
-        model_name = env.get(PREFIX + "MODEL_NAME", "") or "intern_decision"
+        model_name = get(env, "MODEL_NAME") or "intern_decision"
         if not re.fullmatch(r"[A-Za-z0-9_\-.]+", model_name):
             raise ValueError(f"{PREFIX}MODEL_NAME must be a Triton model name, got {model_name!r}")
-        max_queue = _integer(env, "MAX_QUEUE", 32)
-        max_connections = _integer(env, "MAX_CONNECTIONS", 256)
+        max_queue = integer(env, "MAX_QUEUE", 32)
+        max_connections = integer(env, "MAX_CONNECTIONS", 256)
         if max_connections <= max_queue:  # a full queue must leave room for /health and the refusals
             raise ValueError(f"{PREFIX}MAX_CONNECTIONS must be above {PREFIX}MAX_QUEUE ({max_queue}), "
                              f"got {max_connections}")
         return cls(
             api_token=token,
             api_token_next=token_next,
-            max_decisions=_integer(env, "MAX_DECISIONS", 64),
-            max_body_bytes=_integer(env, "MAX_BODY_BYTES", 1024 * 1024),
+            max_decisions=integer(env, "MAX_DECISIONS", 64),
+            max_body_bytes=integer(env, "MAX_BODY_BYTES", 1024 * 1024),
             max_queue=max_queue,
             triton_url=triton_url,
             metrics_url=metrics_url,
@@ -91,14 +90,14 @@ class ShimSettings:
             max_connections=max_connections,
             extra_model_names=_model_names(env, "EXTRA_MODEL_NAMES"),
             model_release_date=_date(env, "MODEL_RELEASE_DATE", DEFAULT_RELEASE_DATE),
-            max_batch_items=_integer(env, "MAX_BATCH_ITEMS", 32),
+            max_batch_items=integer(env, "MAX_BATCH_ITEMS", 32),
             mcp=_switch(env, "MCP", True),
         )
 
 
 def _secret(env: Mapping[str, str], name: str) -> str:
     """A required secret: at least MIN_TOKEN_LENGTH visible ASCII characters; the message never shows it."""
-    value = env.get(PREFIX + name, "")
+    value = get(env, name)
     if not value:
         raise ValueError(f"{PREFIX}{name} is required")
     if len(value) < MIN_TOKEN_LENGTH or not _VISIBLE_ASCII.fullmatch(value):
@@ -107,30 +106,13 @@ def _secret(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _integer(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(PREFIX + name, "")
-    if raw == "":
-        return default
-    if not _DIGITS.fullmatch(raw) or int(raw) < 1:
-        raise ValueError(f"{PREFIX}{name} must be an integer >= 1, got {raw!r}")
-    return int(raw)
-
-
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(PREFIX + name, "")
-    if raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{PREFIX}{name} must be a finite number of seconds > 0, got {raw!r}")
-    return value
+    value = positive_number(env, name, "of seconds > 0")
+    return default if value is None else value
 
 
 def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(PREFIX + name, "")
+    raw = get(env, name)
     if raw == "":
         return default
     if raw not in ("0", "1"):
@@ -140,7 +122,7 @@ def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
 
 def _model_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     """Comma-separated names, each visible ASCII without a comma (1..128 characters), none twice."""
-    raw = env.get(PREFIX + name, "")
+    raw = get(env, name)
     if raw.strip() == "":
         return ()
     names = [part.strip() for part in raw.split(",")]
@@ -154,7 +136,7 @@ def _model_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 
 def _date(env: Mapping[str, str], name: str, default: str) -> str:
-    raw = env.get(PREFIX + name, "") or default
+    raw = get(env, name) or default
     try:
         parsed = datetime.date.fromisoformat(raw)
     except ValueError:

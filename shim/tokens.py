@@ -28,8 +28,6 @@ def bearer_credentials(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return credentials.strip() if scheme.lower() == b"bearer" else None
 
 
-def bearer_matches(headers: list[tuple[bytes, bytes]], tokens: AcceptedTokens | bytes) -> bool:
-    if isinstance(tokens, bytes):
-        tokens = AcceptedTokens(tokens.decode("ascii"))
+def bearer_matches(headers: list[tuple[bytes, bytes]], tokens: AcceptedTokens) -> bool:
     credentials = bearer_credentials(headers)
     return credentials is not None and tokens.match(credentials)

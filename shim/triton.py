@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.http import InferenceServerClient, InferInput
 from wire import ping, strict_json
 from wire.answer import AnswerUnreadable, CallAnswer
+from wire.env import host_port
 from wire.facts import INFO_METRIC, ModelFacts
-from wire.protocol import REQUEST, RESPONSE
+from wire.protocol import DATATYPE, REQUEST, RESPONSE
 
 from .errors import IncompleteAnswer, from_triton, model_unavailable, unreachable
 from .http1 import Http1Connection
@@ -41,19 +42,14 @@ def facts_from_metrics(text: str, model_name: str) -> ModelFacts | None:
     return None
 
 
-def _host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 class TritonModel:
     def __init__(self, settings: ShimSettings):
         self._settings = settings
         self._infer_path = ping.infer_path(settings.model_name)
         self._key = {ping.API_KEY_HEADER: settings.triton_api_key}
-        self._inference = Http1Connection(*_host_port(settings.triton_url))
-        self._health = Http1Connection(*_host_port(settings.triton_url))
-        self._control = Http1Connection(*_host_port(settings.triton_url))
+        self._inference = Http1Connection(*host_port(settings.triton_url))
+        self._health = Http1Connection(*host_port(settings.triton_url))
+        self._control = Http1Connection(*host_port(settings.triton_url))
         metrics = urlsplit(settings.metrics_url)
         self._metrics = Http1Connection(metrics.hostname, metrics.port or 80)
         self._metrics_target = metrics.path + (f"?{metrics.query}" if metrics.query else "")
@@ -68,7 +64,7 @@ class TritonModel:
     async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
         """predict()'s answers to the calls, in order, from one inference request, each read once into a
         CallAnswer; the whole request fails with the first call that fails."""
-        tensor = InferInput(REQUEST, [len(requests)], "BYTES")
+        tensor = InferInput(REQUEST, [len(requests)], DATATYPE)
         tensor.set_data_from_numpy(np.array([strict_json.dumps(request) for request in requests], dtype=np.object_))
         body, json_size = InferenceServerClient.generate_request_body([tensor], request_id=request_id)
         headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size),

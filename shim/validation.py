@@ -1,8 +1,8 @@
 """semif-serve's request rules, re-stated by the contract; a violation is InvalidRequest naming the field."""
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 from wire import strict_json
@@ -28,6 +28,19 @@ class Decision:
     question: str
     options: tuple[Option, ...]
     orderings: str = "none"
+    # The options in each ordering the decision scores, the caller's order first: one ("none"), the n cyclic shifts
+    # ("rotations") or the n! permutations ("all"). Built once, read by the validation and the plan alike.
+    option_orders: list[tuple[Option, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        options = self.options
+        if self.orderings == "rotations":
+            orders = [options[k:] + options[:k] for k in range(len(options))]
+        elif self.orderings == "all":
+            orders = list(itertools.permutations(options))
+        else:
+            orders = [options]
+        object.__setattr__(self, "option_orders", orders)
 
     @property
     def option_ids(self) -> list[str]:
@@ -35,11 +48,7 @@ class Decision:
 
     @property
     def ordering_count(self) -> int:
-        if self.orderings == "rotations":
-            return len(self.options)
-        if self.orderings == "all":
-            return math.factorial(len(self.options))
-        return 1
+        return len(self.option_orders)
 
     def ordering_id(self, ordering: int) -> str:
         """The id of one ordering's result: <id>#o<k>."""

@@ -23,12 +23,13 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from wire.protocol import MODEL_NAME, REQUEST, RESPONSE
+from wire.env import host_port
+from wire.protocol import DATATYPE, MODEL_NAME, REQUEST, RESPONSE
 
 # The header Triton's restricted APIs (--http-restricted-api) expect; its value is INTERN_DECISION_TRITON_API_KEY.
 API_KEY_HEADER = "triton-api-key"
 KEY_VARIABLE = "INTERN_DECISION_TRITON_API_KEY"
-BODY = json.dumps({"inputs": [{"name": REQUEST, "datatype": "BYTES", "shape": [0], "data": []}]}).encode()
+BODY = json.dumps({"inputs": [{"name": REQUEST, "datatype": DATATYPE, "shape": [0], "data": []}]}).encode()
 
 
 def infer_path(model: str) -> str:
@@ -58,8 +59,7 @@ def pong_error(status: int, body: bytes) -> str | None:
 
 def ping(address: str, model: str, api_key: str, timeout: float) -> str | None:
     """None when the model answers the ping, else why not (standard library only, for healthchecks)."""
-    host, _, port = address.rpartition(":")
-    connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout)
+    connection = http.client.HTTPConnection(*host_port(address), timeout=timeout)
     try:
         connection.request("POST", infer_path(model), body=BODY, headers=headers(api_key))
         response = connection.getresponse()

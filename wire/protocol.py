@@ -11,10 +11,13 @@ import enum
 import re
 from dataclasses import dataclass
 
-VERSION = 2
 MODEL_NAME = "intern_decision"
 REQUEST = "REQUEST"
 RESPONSE = "RESPONSE"
+# Both tensors hold strings: BYTES on the wire (KServe v2), TYPE_STRING in the model's config.pbtxt and
+# configs/cpu.pbtxt, which cannot import this module (tests/unit/test_wire.py holds them to these names).
+DATATYPE = "BYTES"
+CONFIG_DATA_TYPE = "TYPE_STRING"
 
 
 class Kind(enum.Enum):

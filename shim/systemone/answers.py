@@ -7,14 +7,7 @@ from __future__ import annotations
 from wire.answer import CHOICE, SCORE, CallAnswer, ChoiceAnswer, NoulAnswer, QuestionAnswer, ScoreAnswer
 
 from ..errors import IncompleteAnswer
-from ..planning import MAX_QUESTIONS_PER_CALL
 from .request import Question, SystemOneRequest
-
-
-def chunks(questions: tuple[Question, ...]) -> list[tuple[Question, ...]]:
-    """Greedy in request order: questions 1-16 form the first call, 17-32 the next, and so on."""
-    return [questions[start:start + MAX_QUESTIONS_PER_CALL]
-            for start in range(0, len(questions), MAX_QUESTIONS_PER_CALL)]
 
 
 def predict_request(request: SystemOneRequest, chunk: tuple[Question, ...]) -> dict:

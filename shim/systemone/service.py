@@ -8,8 +8,9 @@ from ..calls import CallRunner
 from ..context import note_usage
 from ..errors import RETRY_AFTER_SECONDS, ModelFailure
 from ..health import FactsCache
+from ..planning import chunks
 from ..settings import ShimSettings
-from .answers import chunks, predict_request, question_numbers, response_body
+from .answers import predict_request, question_numbers, response_body
 from .catalog import Catalog, models_body
 from .request import SystemOneInvalid, SystemOneRequest, parse_request
 

@@ -180,7 +180,7 @@ def test_answer_adds_the_honest_prompt_hash_and_the_facts(tmp_path, torch):
     snapshot, sha256 = write_checkpoint(tmp_path)
     engine = ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
     request = {"state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}}
-    answer = engine.answer(request)
+    (answer,) = engine.answer_calls([request])
     rendered = "<prompt> " + json.dumps({"state": "s", "questions": request["questions"]}, sort_keys=True)
     assert answer["prompt_sha256"] == hashlib.sha256(rendered.encode()).hexdigest()
     assert answer["prompt_version"] == f"inference.py@sha256:{sha256[:16]}"
@@ -206,10 +206,10 @@ def test_baseline_is_taken_after_the_warm_up_and_an_oom_is_reported(tmp_path, to
     scorer = engine._engine.predict
     engine._engine.predict = out_of_memory
     with pytest.raises(OutOfMemory):
-        engine.answer(WARMUP_REQUEST)
+        list(engine.answer_calls([WARMUP_REQUEST]))
     assert [event for event in torch.events if event[0] != "template"] == ["empty_cache"]
     engine._engine.predict = scorer
-    assert engine.answer(WARMUP_REQUEST)["answers"]["q"]["decision"] == "approve"
+    assert list(engine.answer_calls([WARMUP_REQUEST]))[0]["answers"]["q"]["decision"] == "approve"
 
 
 def test_calls_answer_in_order_and_stop_at_the_first_failure(tmp_path, torch):
@@ -217,7 +217,7 @@ def test_calls_answer_in_order_and_stop_at_the_first_failure(tmp_path, torch):
     engine = ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
     good = {"state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}}
     other = {"state": "t", "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}}
-    hashes = [engine.answer(request)["prompt_sha256"] for request in (good, other)]
+    hashes = [list(engine.answer_calls([request]))[0]["prompt_sha256"] for request in (good, other)]
     assert [answer["prompt_sha256"] for answer in engine.answer_calls([good, other, good])] == hashes + hashes[:1]
 
     scored = []

@@ -12,24 +12,11 @@ import pytest
 from shim.app import create_app
 from shim.errors import Failure, ModelFailure
 from shim.planning import CHUNKING
-from shim.settings import ShimSettings
 
 from .fake_model import CALIBRATION, FACTS, FakeModel
+from .shim_helpers import AUTH, TOKEN, client_for, decide_body, make_settings, options, shared_body
 
 pytestmark = pytest.mark.anyio
-TOKEN = "s3cret-token-for-tests-0123456789abcdef"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-def make_settings(**env: str) -> ShimSettings:
-    values = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "triton-key-for-tests-0123456789abcd"}
-    values.update({f"INTERN_DECISION_{key.upper()}": value for key, value in env.items()})
-    return ShimSettings.from_env(values)
 
 
 @pytest.fixture
@@ -37,32 +24,10 @@ def model():
     return FakeModel(base={"approve": 1.0, "reject": 0.0})
 
 
-def client_for(model: FakeModel, **env: str) -> httpx.AsyncClient:
-    app = create_app(make_settings(**env), model)
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim")
-
-
 @pytest.fixture
 async def client(model):
     async with client_for(model) as client:
         yield client
-
-
-def options(*ids: str) -> list[dict]:
-    return [{"id": option_id, "description": f"{option_id} described"} for option_id in ids]
-
-
-def decide_body(**overrides) -> dict:
-    body = {"id": "refund-1", "state": {"order": "shipped"}, "question": "Approve the refund?",
-            "options": options("approve", "reject")}
-    body.update(overrides)
-    return body
-
-
-def shared_body(count: int, **decision_fields) -> dict:
-    return {"state": "shared state", "decisions": [
-        {"id": f"d{n}", "question": f"question {n}?", "options": options("approve", "reject"), **decision_fields}
-        for n in range(count)]}
 
 
 # --- Auth -------------------------------------------------------------------------------------------------------

@@ -21,15 +21,10 @@ from shim.drain import Drain
 from shim.server import DrainingServer, config
 
 from .fake_model import FakeModel
-from .test_shim_app import AUTH, TOKEN, decide_body, make_settings
+from .shim_helpers import AUTH, TOKEN, decide_body, make_settings
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 class Clock:

@@ -9,14 +9,9 @@ from shim.app import create_app
 from shim.framing import has_body, transfer_codings
 
 from .fake_model import FakeModel
-from .test_shim_app import AUTH, decide_body, make_settings
+from .shim_helpers import AUTH, decide_body, make_settings
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 @pytest.fixture

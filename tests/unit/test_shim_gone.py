@@ -12,14 +12,9 @@ from shim.metrics import ShimMetrics
 
 from .asgi_exchange import RawRequest
 from .fake_model import FakeModel
-from .test_shim_app import AUTH, decide_body, make_settings, shared_body
+from .shim_helpers import AUTH, decide_body, make_settings, shared_body
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 async def until(condition, seconds: float = 2.0) -> None:

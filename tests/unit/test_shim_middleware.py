@@ -10,14 +10,10 @@ import pytest
 from backports import zstd
 
 from shim.middleware import PostGuard, bearer_matches, declared_length
+from shim.tokens import AcceptedTokens
 
 pytestmark = pytest.mark.anyio
 TOKEN = "k" * 40
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 class Exchange:
@@ -236,19 +232,19 @@ async def test_a_client_gone_while_sending_frees_its_slot_without_an_answer():
     [b"Bearer " + TOKEN.encode(), b"Bearer wrong"],
 ])
 def test_two_authorization_headers_are_never_guessed_between(values):
-    assert not bearer_matches([(b"authorization", value) for value in values], TOKEN.encode())
+    assert not bearer_matches([(b"authorization", value) for value in values], AcceptedTokens(TOKEN))
 
 
 def test_bearer_parsing():
-    token = TOKEN.encode()
-    assert bearer_matches([(b"authorization", b"Bearer " + token)], token)
-    assert bearer_matches([(b"authorization", b"BEARER " + token)], token)
-    assert not bearer_matches([(b"authorization", b"Bearer " + token[:-1])], token)
-    assert not bearer_matches([(b"authorization", b"Token " + token)], token)
-    assert not bearer_matches([], token)
-    assert bearer_matches([(b"authorization", b"  Bearer   " + token + b"  ")], token)
-    assert not bearer_matches([(b"authorization", b"Bearer" + token)], token)
-    assert not bearer_matches([(b"authorization", b"Bearer")], token)
-    assert not bearer_matches([(b"authorization", b"Bearer " + token + b" x")], token)
+    token, tokens = TOKEN.encode(), AcceptedTokens(TOKEN)
+    assert bearer_matches([(b"authorization", b"Bearer " + token)], tokens)
+    assert bearer_matches([(b"authorization", b"BEARER " + token)], tokens)
+    assert not bearer_matches([(b"authorization", b"Bearer " + token[:-1])], tokens)
+    assert not bearer_matches([(b"authorization", b"Token " + token)], tokens)
+    assert not bearer_matches([], tokens)
+    assert bearer_matches([(b"authorization", b"  Bearer   " + token + b"  ")], tokens)
+    assert not bearer_matches([(b"authorization", b"Bearer" + token)], tokens)
+    assert not bearer_matches([(b"authorization", b"Bearer")], tokens)
+    assert not bearer_matches([(b"authorization", b"Bearer " + token + b" x")], tokens)
     assert declared_length([(b"content-length", b"42")]) == 42
     assert declared_length([(b"content-length", b"4 2")]) is None

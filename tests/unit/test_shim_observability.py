@@ -17,20 +17,16 @@ from prometheus_client import generate_latest
 import shim.__main__ as shim_main
 from shim import health as shim_health
 from shim import logs
+from shim.context import request_id
 from shim.app import create_app
 from shim.errors import Failure, IncompleteAnswer, ModelFailure, unreachable
 from shim.metrics import TRITON_ERROR_KINDS, ShimMetrics, listen_address, route_of
 
 from .fake_model import FakeModel
-from .test_shim_app import AUTH, TOKEN, decide_body, make_settings, shared_body
+from .shim_helpers import AUTH, TOKEN, decide_body, make_settings, shared_body
 from tests.tools import required_tool
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 @pytest.fixture
@@ -248,11 +244,11 @@ def test_exceptions_are_one_json_line_with_the_traceback():
         raise RuntimeError("boom")
     except RuntimeError:
         record.exc_info = sys.exc_info()
-    token = logs.request_id.set("req-exc")
+    token = request_id.set("req-exc")
     try:
         logs.RequestIdFilter().filter(record)
     finally:
-        logs.request_id.reset(token)
+        request_id.reset(token)
     line = logs.JsonFormatter().format(record)
     assert "\n" not in line
     parsed = json.loads(line)

@@ -10,16 +10,11 @@ from shim.settings import ShimSettings
 from shim.tokens import AcceptedTokens, bearer_matches
 
 from .fake_model import FakeModel
-from .test_shim_app import TOKEN, client_for, decide_body
+from .shim_helpers import TOKEN, client_for, decide_body
 
 pytestmark = pytest.mark.anyio
 NEXT = "the-next-token-for-tests-0123456789abcdef"
 KEY = "triton-key-for-tests-0123456789abcd"
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 def settings(**env: str) -> ShimSettings:

@@ -17,17 +17,12 @@ from shim.model import Probe
 from shim.watch import RESTART_HINT, ModelWatch
 
 from .fake_model import FakeModel
-from .test_shim_app import AUTH, decide_body, make_settings
+from .shim_helpers import AUTH, decide_body, make_settings
 
 pytestmark = pytest.mark.anyio
 STUB_DEAD = "the model does not answer a ping: Triton answered 500: Stub process 'intern_decision_0_0' is not healthy."
 UNREACHABLE = "Triton did not answer: ConnectionRefusedError: [Errno 111] Connection refused"
 REQUEST = [{"state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}}]
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 def watch_over(model: FakeModel, **options) -> ModelWatch:

@@ -13,16 +13,11 @@ from shim.errors import Failure, ModelFailure
 from shim.settings import ShimSettings
 
 from .fake_model import CALIBRATION, FACTS, FakeModel
-from .test_shim_app import AUTH, client_for, make_settings
+from .shim_helpers import AUTH, client_for, make_settings
 
 pytestmark = pytest.mark.anyio
 CANONICAL = f"internlm/Intern-Decision-4B@{'f' * 12}"
 NAMES = [CANONICAL, "internlm/Intern-Decision-4B", "Intern-Decision-4B"]
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 @pytest.fixture

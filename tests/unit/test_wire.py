@@ -1,13 +1,19 @@
-"""The shared wire module: strict JSON, the error kinds and their messages, the model facts and their labels."""
+"""The shared wire module: strict JSON, the error kinds and their messages, the model facts and their labels, the
+tensors the model's configs declare, port numbers and host:port addresses."""
 import json
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wire import strict_json
+from wire.env import host_port, port_number
 from wire.facts import ModelFacts
-from wire.protocol import OUTCOMES, Kind, error_message, parse_error
+from wire.protocol import CONFIG_DATA_TYPE, MODEL_NAME, OUTCOMES, REQUEST, RESPONSE, Kind, error_message, parse_error
+
+MODEL_DIR = Path(__file__).resolve().parents[2] / "model_repository" / "intern_decision"
 
 FACTS = ModelFacts(name="Intern-Decision-4B", repo="internlm/Intern-Decision-4B", revision="0e5e" * 10,
                    inference_sha256="c904" * 16, prompt_version="inference.py@sha256:c904c904c904c904",
@@ -115,6 +121,36 @@ def test_sixty_four_levels_are_accepted_and_sixty_five_refused():
     assert depth(strict_json.loads(json.dumps(nest(64)).encode(), "the body")) == 64
     with pytest.raises(strict_json.NotStrictJson, match="nested too deeply"):
         strict_json.loads(json.dumps(nest(65)).encode(), "the body")
+
+
+def _tensors(config: str, section: str) -> list[tuple[str, str]]:
+    """(name, data_type) of each tensor in the config's `input [...]` or `output [...]`."""
+    (body,) = re.findall(rf"^{section} \[(.*?)^\]", config, re.MULTILINE | re.DOTALL)
+    return re.findall(r'name: "([^"]+)"\s+data_type: (\w+)', body)
+
+
+@pytest.mark.parametrize("config", ["config.pbtxt", "configs/cpu.pbtxt"])
+def test_the_model_configs_declare_the_protocols_tensors(config):
+    """The .pbtxt files cannot import wire/protocol.py: they are held to its names here."""
+    text = (MODEL_DIR / config).read_text()
+    assert re.search(r'^name: "([^"]+)"', text, re.MULTILINE)[1] == MODEL_NAME
+    assert _tensors(text, "input") == [(REQUEST, CONFIG_DATA_TYPE)]
+    assert _tensors(text, "output") == [(RESPONSE, CONFIG_DATA_TYPE)]
+
+
+@pytest.mark.parametrize("raw, lowest, port", [
+    ("8080", 1, 8080), ("65535", 1, 65535), ("0", 0, 0), ("0", 1, None), ("65536", 1, None), ("", 1, None),
+    ("80a", 1, None), (" 80", 1, None), ("-1", 0, None), ("\u0668\u0660", 1, None),
+])
+def test_a_port_number_is_ascii_digits_in_range(raw, lowest, port):
+    assert port_number(raw, lowest) == port
+
+
+@pytest.mark.parametrize("address, expected", [
+    ("127.0.0.1:8000", ("127.0.0.1", 8000)), ("triton:8000", ("triton", 8000)), ("[::1]:8000", ("::1", 8000)),
+])
+def test_host_port_splits_at_the_last_colon(address, expected):
+    assert host_port(address) == expected
 
 
 def test_brackets_and_escapes_inside_strings_do_not_count_as_nesting():

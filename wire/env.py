@@ -1,0 +1,53 @@
+"""How an INTERN_DECISION_* value is read, one rule each, for both sides: the model side's settings
+(intern_decision_model/settings.py) and the shim's (shim/settings.py). A bad value is a ValueError naming the
+variable. Also what a port number and a host:port address are, for the shim, the ping and the dev stack."""
+from __future__ import annotations
+
+import math
+import re
+from typing import Mapping
+
+PREFIX = "INTERN_DECISION_"
+_DIGITS = re.compile(r"[0-9]+")
+MAX_PORT = 65535
+
+
+def get(env: Mapping[str, str], name: str) -> str:
+    """INTERN_DECISION_<name>, or "" when unset."""
+    return env.get(PREFIX + name, "")
+
+
+def integer(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = get(env, name)
+    if raw == "":
+        return default
+    if not _DIGITS.fullmatch(raw) or int(raw) < minimum:
+        raise ValueError(f"{PREFIX}{name} must be an integer >= {minimum}, got {raw!r}")
+    return int(raw)
+
+
+def positive_number(env: Mapping[str, str], name: str, what: str) -> float | None:
+    """A finite number > 0, or None when unset; `what` follows "must be a finite number" in the message."""
+    raw = get(env, name)
+    if raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{PREFIX}{name} must be a finite number {what}, got {raw!r}")
+    return value
+
+
+def port_number(raw: str, lowest: int = 1) -> int | None:
+    """raw as a TCP port, ASCII digits in lowest..65535; None when it is not one (the caller names the variable)."""
+    if not _DIGITS.fullmatch(raw) or not lowest <= int(raw) <= MAX_PORT:
+        return None
+    return int(raw)
+
+
+def host_port(address: str) -> tuple[str, int]:
+    """'host:port' or '[IPv6]:port' as (host, port), the brackets dropped."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
