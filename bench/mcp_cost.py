@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devstack.fixture import build_fixture  # noqa: E402
 from devstack.shim import ShimServer  # noqa: E402
 from devstack.triton import REPO_ROOT, TritonServer  # noqa: E402
+from wire.env import host_port  # noqa: E402
 
 TOKEN = "bench-token-0123456789-abcdefghijklmn"
 RESULTS = Path(__file__).with_name("results")
@@ -63,8 +64,8 @@ def main() -> int:
     shim = ShimServer(triton, {"INTERN_DECISION_API_TOKEN": TOKEN}, logs / "shim-mcp.log").start()
     try:
         shim.wait_ready(60)
-        host, port = shim.url.removeprefix("http://").rsplit(":", 1)
-        http, mcp = HTTPConnection(host, int(port), timeout=60), HTTPConnection(host, int(port), timeout=60)
+        host, port = host_port(shim.url.removeprefix("http://"))
+        http, mcp = HTTPConnection(host, port, timeout=60), HTTPConnection(host, port, timeout=60)
         auth = {"Authorization": f"Bearer {TOKEN}"}
         mcp_headers = {**auth, "Accept": "application/json, text/event-stream"}
         call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",

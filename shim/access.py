@@ -13,10 +13,10 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import context
+from .gone import CLIENT_WENT_AWAY
 from .metrics import ShimMetrics, route_of
 
 log = logging.getLogger("intern_decision.shim.access")
-CLIENT_WENT_AWAY = 499
 
 
 class AccessLog:

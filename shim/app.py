@@ -131,7 +131,9 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
         lifespan=lifespan_of(watch, health_check, mcp),
     )
     app.router.redirect_slashes = False  # /decide/ is 404 not_found, never a redirect
-    # What the server (shim/server.py) and the tests reach through the app: the drain it begins on SIGTERM, the watch.
+    # What the server (shim/server.py) and the tests reach through the app: the connections' limits in the settings,
+    # the drain it begins on SIGTERM, the watch.
+    app.state.settings = settings
     app.state.watch = watch
     app.state.drain = drain
     return app
