@@ -1,6 +1,7 @@
 """Real servers for the integration tests: the fixture checkpoint, a tritonserver on CPU on free ports."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 import threading
@@ -52,6 +53,29 @@ def shim(triton, tmp_path_factory) -> ShimServer:
            "INTERN_DECISION_PROBE_SECONDS": "3600"}
     with ShimServer(triton, env, tmp_path_factory.mktemp("shim") / "shim.log").serving(60) as server:
         yield server
+
+
+@contextlib.contextmanager
+def held_queue(shim: ShimServer, seconds: float, settle: float = 0.5):
+    """SHIM_MAX_QUEUE slow /decide requests hold every queue slot for about `seconds` (inside the model); the block
+    runs once they are admitted, and its end waits for them."""
+    auth = {"Authorization": f"Bearer {SHIM_TOKEN}"}
+    hold = {"id": "slow", "state": {"__fixture_fault__": {"sleep_seconds": seconds}}, "question": "Which?",
+            "options": [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]}
+
+    def slow() -> None:
+        with httpx.Client(base_url=shim.url, timeout=60) as client:
+            client.post("/decide", json=hold, headers=auth)
+
+    threads = [threading.Thread(target=slow) for _ in range(SHIM_MAX_QUEUE)]
+    for thread in threads:
+        thread.start()
+    time.sleep(settle)
+    try:
+        yield
+    finally:
+        for thread in threads:
+            thread.join()
 
 
 def past_a_full_queue(shim: ShimServer, slow_body: dict, next_body: dict) -> tuple[list[int], httpx.Response]:

@@ -1,5 +1,6 @@
 """A caller of the official SDK, run by the tests in an interpreter that sees another version of it (the oldest the
-README supports): `python sdk_program.py URL TOKEN MODEL ACTION`, printing one JSON object.
+README supports): `python sdk_program.py URL TOKEN MODEL ACTION`, printing one JSON object. Its state and questions
+are also the newest SDK's tests' (tests/integration/test_systemone.py).
 
 Actions: models, sync, async (the three question types, sync or async), retry (a held queue answers 429 first),
 wrong_key (the typed 401)."""

@@ -14,7 +14,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import SHIM_MAX_QUEUE, SHIM_TOKEN
+from .conftest import SHIM_TOKEN, held_queue
 from .test_reliability import slow
 from .test_systemone import AUTH, NAME, STATE, assert_equals_predict, canonical  # noqa: F401 (a fixture)
 
@@ -107,39 +107,20 @@ def test_a_bad_argument_is_a_tool_error_with_the_routes_code_and_message(shim):
     assert result.structured_content["error"]["code"] == "invalid_request"
 
 
-def hold_the_queue(shim, seconds: float) -> list[threading.Thread]:
-    def hold() -> None:
-        with httpx.Client(base_url=shim.url, timeout=60) as client:
-            client.post("/decide", json=slow(seconds), headers=AUTH)
-
-    threads = [threading.Thread(target=hold) for _ in range(SHIM_MAX_QUEUE)]
-    for thread in threads:
-        thread.start()
-    time.sleep(0.5)
-    return threads
-
-
 def test_an_mcp_call_past_the_queue_is_429_busy(shim):
     statuses: list[int] = []
 
     async def initialized_then_call():
         async with mcp_session(shim, statuses=statuses) as session:
-            threads = hold_the_queue(shim, 2.0)
-            try:
+            with held_queue(shim, 2.0):
                 await session.call_tool("list_models", {})
-            finally:
-                for thread in threads:
-                    thread.join()
 
     with pytest.raises(BaseException, match="unhandled errors"):
         run(initialized_then_call)
     assert statuses[-1] == 429 and 200 in statuses[:-1]  # initialize answered, the call past the queue refused
-    threads = hold_the_queue(shim, 2.0)
-    with httpx.Client(base_url=shim.url, timeout=30) as http:
+    with held_queue(shim, 2.0), httpx.Client(base_url=shim.url, timeout=30) as http:
         refused = http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                             headers={**AUTH, "Accept": "application/json, text/event-stream"})
-    for thread in threads:
-        thread.join()
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "busy"
     assert refused.headers["retry-after"] == "1"
 

@@ -7,8 +7,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -16,26 +14,20 @@ import httpx2
 import pytest
 import schemathesis
 from schemathesis.generation import GenerationMode
-from typesafe_sdk import (AsyncTypeSafeClient, Choice, Noul, RetryPolicy, Score, TypeSafeAuthenticationError,
-                          TypeSafeClient, TypeSafeUnprocessableEntityError)
+from typesafe_sdk import (AsyncTypeSafeClient, Noul, RetryPolicy, TypeSafeAuthenticationError, TypeSafeClient,
+                          TypeSafeUnprocessableEntityError)
 
 from tests.fuzzing import Tally, fuzz
 
-from .conftest import SHIM_MAX_QUEUE, SHIM_TOKEN, TEST_MAX_TOKENS
+from .conftest import SHIM_TOKEN, TEST_MAX_TOKENS, held_queue
+from .sdk_program import QUESTIONS as SDK_QUESTIONS
+from .sdk_program import STATE
 from .test_reliability import model_log_lines
 
 pytestmark = pytest.mark.triton
 AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
-STATE = "The customer was charged twice and asks for the extra payment back."
 NAME = "Intern-Decision-4B"  # an alias; answers name the canonical internlm/Intern-Decision-4B@<revision>
 
-SDK_QUESTIONS = {
-    "team": Choice(instructions="Which team should handle this request?",
-                   criteria={"billing": "Payments and refunds", "delivery": {"handles": ["shipping", "returns"]}}),
-    "urgency": Score(instructions="Rate the priority.", criteria=["Low", "Medium", "High"]),
-    "refund_requested": Noul(instructions="Is the customer asking for a refund?",
-                             criteria={"true": "A refund is asked for"}),
-}
 # What the shim sends predict() for SDK_QUESTIONS (structured values as JSON text).
 TRANSLATED = {"state": STATE, "questions": {
     "team": {"type": "choice", "instructions": "Which team should handle this request?",
@@ -151,24 +143,11 @@ def test_the_sdk_compresses_a_large_body_with_zstd(shim, in_process):
 def test_the_sdk_retries_a_429_after_retry_after(shim):
     """The queue is held full by slow semif requests; the SDK's first tries are 429 busy, a later one is answered."""
     statuses = []
-    hold = {"id": "slow", "state": {"__fixture_fault__": {"sleep_seconds": 1.5}}, "question": "Which?",
-            "options": [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]}
-
-    def slow() -> None:
-        with httpx.Client(base_url=shim.url, timeout=60) as client:
-            client.post("/decide", json=hold, headers=AUTH)
-
-    threads = [threading.Thread(target=slow) for _ in range(SHIM_MAX_QUEUE)]
-    for thread in threads:
-        thread.start()
-    time.sleep(0.5)
     client = httpx2.Client(event_hooks={"response": [lambda response: statuses.append(response.status_code)]},
                            timeout=120)
     retry = RetryPolicy(max_retries=8, backoff_initial=0.1, timeout=30)
-    with sdk(shim, http_client=client, retry=retry) as typesafe:
+    with held_queue(shim, 1.5), sdk(shim, http_client=client, retry=retry) as typesafe:
         result = typesafe.system_one(STATE, {"team": SDK_QUESTIONS["team"]})
-    for thread in threads:
-        thread.join()
     assert statuses[0] == 429 and statuses[-1] == 200 and set(statuses) == {429, 200}
     assert result.choices["team"].choice in ("billing", "delivery")
 
@@ -207,20 +186,8 @@ def test_the_oldest_supported_sdk_lists_models_retries_a_429_and_types_a_401(shi
     wrong = oldest_sdk(shim, "wrong_key")
     assert wrong["status"] == 401 and wrong["body"]["error"]["code"] == "unauthorized"
     # Held long enough for the program's interpreter to start and send while the queue is still full.
-    hold = {"id": "slow", "state": {"__fixture_fault__": {"sleep_seconds": 3}}, "question": "Which?",
-            "options": [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]}
-
-    def slow() -> None:
-        with httpx.Client(base_url=shim.url, timeout=60) as client:
-            client.post("/decide", json=hold, headers=AUTH)
-
-    threads = [threading.Thread(target=slow) for _ in range(SHIM_MAX_QUEUE)]
-    for thread in threads:
-        thread.start()
-    time.sleep(0.3)
-    retried = oldest_sdk(shim, "retry")
-    for thread in threads:
-        thread.join()
+    with held_queue(shim, 3, settle=0.3):
+        retried = oldest_sdk(shim, "retry")
     statuses = retried["statuses"]
     assert statuses[0] == 429 and statuses[-1] == 200 and set(statuses) == {429, 200}
     assert retried["choice"] in ("billing", "delivery")
