@@ -192,7 +192,8 @@ def _facts(ctx: Context) -> dict:
 
 
 def _warmup_fact(found: dict) -> str | None:
-    if not found:
+    """The warm-up's result as one line; None when it wrote none (not started, or the step only holds its times)."""
+    if "warmed" not in found:
         return None
     if found.get("warmed"):
         return f"fla {found['fla']} warmed in {found['seconds']} s at {', '.join(found['lengths'])} tokens"

@@ -215,3 +215,11 @@ def test_the_operators_page_gives_the_times_in_force():
     essential = essential_expected("gpu")
     assert f"{essential:.0f} + {check.RESERVE_SECONDS} = {essential + check.RESERVE_SECONDS:.0f} ≤ " \
            f"{check.DEADLINES['gpu']:.0f}" in page
+
+
+def test_the_warm_up_fact_is_absent_when_the_warm_up_wrote_nothing():
+    assert check._warmup_fact({}) is None
+    assert check._warmup_fact({"allowance_seconds": 3.0, "limit_seconds": 5}) is None  # a skipped step's times
+    assert check._warmup_fact({"warmed": False, "reason": "no CUDA device"}) == "not warmed: no CUDA device"
+    assert check._warmup_fact({"warmed": True, "fla": "0.5.2", "seconds": 61.2, "lengths": {"289": {}, "7900": {}}}) \
+        == "fla 0.5.2 warmed in 61.2 s at 289, 7900 tokens"
