@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import math
 
-from acceptance.memory import suggest_cap_gib
+from acceptance.memory import GIB, MIB, suggest_cap_gib
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
 MARGIN = 256 * MIB
 STARTUP_SHAPE = "anchor"
 

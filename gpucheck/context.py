@@ -15,6 +15,7 @@ from gpucheck.carry import REPO_ROOT
 from gpucheck.deadline import Deadline, run_logged
 from gpucheck.report import Report
 from gpucheck.stack import Stack
+from intern_decision_model.offline import OFFLINE_ENV
 
 
 class Skip(Exception):
@@ -116,7 +117,6 @@ def dtype_of(ctx: Context) -> str:
 
 def script_environment(extra: dict | None = None) -> dict:
     env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
-               TOKENIZERS_PARALLELISM="false")
+    env.update(OFFLINE_ENV, HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
     env.update(extra or {})
     return env

@@ -14,11 +14,20 @@ from .validation import InvalidRequest
 log = logging.getLogger("intern_decision.shim")
 
 
+def error_body(exc: ApiError | InvalidRequest) -> dict:
+    """The envelope for an error the app raises, with its 422 detail when it has one; the MCP tools' failures carry
+    the same body (shim/systemone/mcp.py)."""
+    if isinstance(exc, ApiError):
+        body, detail = envelope(exc.code, exc.message), exc.detail
+    else:
+        body, detail = envelope(INVALID.code, str(exc)), exc.detail if isinstance(exc, SystemOneInvalid) else None
+    if detail is not None:
+        body["detail"] = detail
+    return body
+
+
 async def invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
-    body = envelope(INVALID.code, str(exc))
-    if isinstance(exc, SystemOneInvalid):
-        body["detail"] = exc.detail
-    return JSONResponse(body, status_code=INVALID.status)
+    return JSONResponse(error_body(exc), status_code=INVALID.status)
 
 
 async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -26,10 +35,7 @@ async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         log.error("%s %s: %s", request.method, request.url.path, exc)
     elif exc.status >= 500:
         log.warning("%s %s: %s", request.method, request.url.path, exc)
-    body = envelope(exc.code, exc.message)
-    if exc.detail is not None:
-        body["detail"] = exc.detail
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+    return JSONResponse(error_body(exc), status_code=exc.status, headers=exc.headers)
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -29,9 +29,9 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from .. import context
-from ..errors import INVALID, ApiError, envelope
+from ..errors import ApiError
+from ..handlers import error_body
 from ..validation import InvalidRequest
-from .request import SystemOneInvalid
 from .service import SystemOneService
 
 SERVER_NAME = "intern-decision-serve"
@@ -88,14 +88,7 @@ def tools(openapi: dict) -> list[types.Tool]:
 
 
 def tool_error(exc: ApiError | InvalidRequest) -> types.CallToolResult:
-    if isinstance(exc, ApiError):
-        body = envelope(exc.code, exc.message)
-        if exc.detail is not None:
-            body["detail"] = exc.detail
-    else:
-        body = envelope(INVALID.code, str(exc))
-        if isinstance(exc, SystemOneInvalid):
-            body["detail"] = exc.detail
+    body = error_body(exc)
     return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(body))],
                                 structured_content=body, is_error=True)
 
