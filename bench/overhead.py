@@ -276,7 +276,7 @@ def forward_seconds(path: str, answer: dict) -> float:
     if path == "/decide/shared":
         return answer["timing"]["inference_seconds"]
     results = answer["results"] if "results" in answer else [answer]
-    return sum(call["inference_ms"] for result in results for call in result["calls"]) / 1000
+    return sum(call["inference_ms"] for result in results for call in result["x_calls"]) / 1000
 
 
 def route_of(body: dict) -> str:
