@@ -18,11 +18,20 @@ from __future__ import annotations
 import json
 import logging
 import queue
+from dataclasses import dataclass
 from logging.handlers import QueueHandler, QueueListener
 
 from .metrics import CallRecord
 
 CALL_LOGGER = "intern_decision.calls"
+
+
+@dataclass(frozen=True)
+class CallFailure:
+    """The call a request stopped at, and the error it was answered with."""
+
+    call: int  # the failed call's index
+    error: str
 
 
 def call_line(request_id: str, index: int, call: CallRecord, error: str | None = None) -> str:
@@ -45,12 +54,12 @@ class CallLog:
         self._listener = QueueListener(self._queue, handler)
         self._listener.start()
 
-    def write(self, request_id: str, calls: list[CallRecord], failure: tuple[int, str] | None = None) -> None:
-        """One line per call that ran, in order, from call 0. With a failure (the failed call's index, the error),
-        the last record is that call's. Returns at once."""
+    def write(self, request_id: str, calls: list[CallRecord], failure: CallFailure | None = None) -> None:
+        """One line per call that ran, in order, from call 0. With a failure, the last record is the failed call's.
+        Returns at once."""
         for index, call in enumerate(calls):
             if failure is not None and index == len(calls) - 1:
-                self._logger.warning(call_line(request_id, failure[0], call, failure[1]))
+                self._logger.warning(call_line(request_id, failure.call, call, failure.error))
             else:
                 self._logger.info(call_line(request_id, index, call))
 

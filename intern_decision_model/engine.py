@@ -189,7 +189,7 @@ class ServingEngine:
     def _check_prompt_hash(module: ModuleType, tokenizer: Any, warm_up: dict) -> None:
         text = render_prompt(module, tokenizer, WARMUP_REQUEST)
         counted = count_tokens(tokenizer, text)
-        reported = warm_up["usage"]["input_tokens"]
+        reported = wire_answer.input_tokens(warm_up)
         if counted != reported:
             raise StartupRefused(f"prompt-hash check failed: the rendered prompt is {counted} tokens, "
                                  f"predict() reported {reported}; refusing to hash a prompt the model never saw")
@@ -215,7 +215,7 @@ class ServingEngine:
         hashes = [self._hasher.submit(self._prompt_sha256, request) for request in requests]
         try:
             for request, prompt_sha256 in zip(requests, hashes):
-                yield self._guard.call(self._score, (request, prompt_sha256))
+                yield self._guard.call(self._score, request, prompt_sha256)
         finally:
             for pending in hashes:
                 pending.cancel()
@@ -224,8 +224,7 @@ class ServingEngine:
         prompt = render_prompt(self._module, self._engine.tokenizer, request)
         return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
 
-    def _score(self, call: tuple[dict, Future]) -> dict:
-        request, prompt_sha256 = call
+    def _score(self, request: dict, prompt_sha256: Future[str]) -> dict:
         return wire_answer.written(self._engine.predict(request), prompt_sha256.result(),
                                    self.settings.prompt_version, self._answer_facts)
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import gc
 import logging
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 log = logging.getLogger("intern_decision.guard")
+
+Result = TypeVar("Result")
 
 
 class OutOfMemory(Exception):
@@ -75,9 +77,10 @@ class CallGuard:
             if self.reserved_bytes() - self._baseline > self._slack:
                 self._torch.cuda.empty_cache()
 
-    def call(self, fn: Callable[[Any], Any], argument: Any) -> Any:
+    def call(self, fn: Callable[..., Result], *args: Any) -> Result:
+        """fn(*args) under the contract's failure handling and memory release."""
         try:
-            result = fn(argument)
+            result = fn(*args)
         except ValueError:
             self.trim()
             raise

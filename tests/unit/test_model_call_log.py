@@ -3,7 +3,7 @@ import json
 import logging
 import threading
 
-from intern_decision_model.calllog import CallLog, call_line
+from intern_decision_model.calllog import CallFailure, CallLog, call_line
 from intern_decision_model.metrics import CallRecord
 
 
@@ -34,8 +34,8 @@ def test_every_call_is_logged_off_the_caller_thread_and_close_flushes():
     target.gate.clear()  # Triton's log is slow: write() must not wait for it
     log = CallLog(target)
     log.write("r", [CallRecord("ok", 0.01, 100), CallRecord("ok", 0.02, 120), CallRecord("invalid", 0.001, None)],
-              failure=(2, "invalid_request: call 2: Supply 1–16 questions."))
-    log.write("s", [CallRecord("failed", 0.001, None)], failure=(3, "invalid_request: call 3: not JSON"))
+              failure=CallFailure(2, "invalid_request: call 2: Supply 1–16 questions."))
+    log.write("s", [CallRecord("failed", 0.001, None)], failure=CallFailure(3, "invalid_request: call 3: not JSON"))
     assert target.lines == []
     target.gate.set()
     log.close()

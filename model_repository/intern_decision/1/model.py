@@ -17,13 +17,16 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import logging  # noqa: E402
 import time  # noqa: E402
+from contextlib import closing  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
+from wire import answer as wire_answer  # noqa: E402
 from wire.protocol import OK_OUTCOME, REQUEST, RESPONSE, error_message  # noqa: E402
 
 from intern_decision_model import protocol  # noqa: E402
-from intern_decision_model.calllog import CallLog  # noqa: E402
+from intern_decision_model.calllog import CallFailure, CallLog  # noqa: E402
 from intern_decision_model.checkpoint import StartupRefused  # noqa: E402
 from intern_decision_model.engine import ServingEngine  # noqa: E402
 from intern_decision_model.metrics import CallRecord, ModelMetrics  # noqa: E402
@@ -47,6 +50,28 @@ class _TritonLogHandler(logging.Handler):
 
 
 log = logging.getLogger("intern_decision")
+
+
+@dataclass(frozen=True)
+class DecodedCall:
+    """One call of the request, read: the predict() request, and the time reading it took (part of the call's)."""
+
+    payload: dict
+    decode_seconds: float
+
+
+class _CallTimer:
+    """The call under way and when its current step began: what a failure is charged to."""
+
+    def __init__(self) -> None:
+        self.start(0)
+
+    def start(self, call: int) -> None:
+        self.call, self._started = call, time.perf_counter()
+
+    def seconds(self) -> float:
+        """Seconds since the current step began."""
+        return time.perf_counter() - self._started
 
 
 def _route_logging() -> None:
@@ -79,30 +104,33 @@ class TritonPythonModel:
     def _respond(self, request):
         """Always a response: every call's answer, or a Triton error naming the kind and the failed call."""
         request_id = request.request_id() or "-"
-        records, call, started, failure = [], 0, time.perf_counter(), None
+        records: list[CallRecord] = []  # one per call answered, then the failed call's
+        failure: CallFailure | None = None
+        timer = _CallTimer()  # a failure before the first call is call 0's
         try:
             raws = _call_strings(pb_utils.get_input_tensor_by_name(request, REQUEST))
             if not raws:
                 return _pong()
-            decoded = []
-            for call, raw in enumerate(raws):
-                started = time.perf_counter()
-                decoded.append((protocol.decode_call(raw), time.perf_counter() - started))
-            encoded, call, started = [], 0, time.perf_counter()
-            for answer in self._engine.answer_calls([payload for payload, _ in decoded]):
-                encoded.append(protocol.encode_answer(answer))
-                records.append(CallRecord(OK_OUTCOME, decoded[call][1] + time.perf_counter() - started,
-                                          answer["usage"]["input_tokens"]))
-                call, started = call + 1, time.perf_counter()
+            decoded: list[DecodedCall] = []
+            for call, raw in enumerate(raws):  # every call is read before any is scored
+                timer.start(call)
+                decoded.append(DecodedCall(protocol.decode_call(raw), timer.seconds()))
+            encoded: list[bytes] = []
+            with closing(self._engine.answer_calls([each.payload for each in decoded])) as answers:
+                for call, each in enumerate(decoded):  # scored one after another; the first failure ends the request
+                    timer.start(call)
+                    answer = next(answers)
+                    encoded.append(protocol.encode_answer(answer))
+                    records.append(CallRecord(OK_OUTCOME, each.decode_seconds + timer.seconds(),
+                                              wire_answer.input_tokens(answer)))
             output = pb_utils.Tensor(RESPONSE, np.array(encoded, dtype=np.object_))
             response = pb_utils.InferenceResponse(output_tensors=[output])
         except Exception as exc:
             kind = protocol.kind_of(exc)
-            records.append(CallRecord(kind.outcome, time.perf_counter() - started, None))
-            message = error_message(kind, call, str(exc))
-            failure = (call, message)
-            response = pb_utils.InferenceResponse(
-                output_tensors=[], error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, kind.triton_code)))
+            records.append(CallRecord(kind.outcome, timer.seconds(), None))
+            failure = CallFailure(timer.call, error_message(kind, timer.call, str(exc)))
+            response = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(
+                failure.error, getattr(pb_utils.TritonError, kind.triton_code)))
         self._metrics.record(records)
         self._call_log.write(request_id, records, failure)
         return response
