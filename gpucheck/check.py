@@ -1,12 +1,14 @@
 """The check's runner: its steps in order (gpucheck.steps), each named, with its time allowance under the overall
-deadline (gpucheck.budgets), its dependencies, and its entry in the report. The reports and the archive of every log
-are rewritten after every step, and at the end whatever happened, so that a run cut from outside still returns what
-was done."""
+deadline (gpucheck.budgets), its dependencies, and its entry in the report. It is the one place that records what
+the steps found into the context (each step returns a gpucheck.findings.Found), and it owns what outlives a step:
+the teardown stops the served stack and every process still running, the warm-up included. The reports and the
+archive of every log are rewritten after every step, and at the end whatever happened, so that a run cut from
+outside still returns what was done."""
 from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpucheck import archive, budgets
 from gpucheck.context import Context, Inconclusive, Options, Skip
@@ -14,8 +16,8 @@ from gpucheck.deadline import Deadline, DeadlineReached, kill_all
 from gpucheck.environment import nvidia_smi
 from gpucheck.report import FAIL, INCONCLUSIVE, NOT_RUN, PASS, SKIPPED, Report, Step
 from gpucheck.steps import (acceptance_step, checkpoint_step, environment, inprocess_step, inprocess_torch_step,
-                            install_step, kernel_warmup_step, overcap_step, server_step, service_step, shapes_step,
-                            stub_step)
+                            install_step, kernel_warmup_step, overcap_step, server_step, service_step, serving_choice,
+                            shapes_step, stub_step)
 from gpucheck.summary import latency_rows
 
 
@@ -27,9 +29,10 @@ OUT_FILES = ("report.json", "report.md", ARCHIVE_NAME)  # everything the check l
 class StepSpec:
     name: str
     title: str
-    function: object
+    function: object  # (ctx, step) -> gpucheck.findings.Found
     needs: tuple  # the steps it needs (passed or skipped)
     essential: bool = True  # False: skipped, not failed, when time is short; its failure still counts
+    decide: object = None  # ctx -> findings the step acts on, recorded as it starts (kept when it fails)
 
 
 # In the order they run; gpucheck.budgets.VALUE ranks them for the time they may take.
@@ -49,7 +52,7 @@ STEPS = (
     StepSpec("inprocess", "predict() in-process at the shapes, warmed up, with the kernels transformers binds; "
              "each shape's memory from an emptied allocator, for the caps", inprocess_step, ("shapes",)),
     StepSpec("server", "tritonserver with the model (production config, else the variant) under the production cap, "
-             "and the shim, ready", server_step, ("stub", "checkpoint")),
+             "and the shim, ready", server_step, ("stub", "checkpoint"), decide=serving_choice),
     StepSpec("service", "the shapes through the shim and Triton, timed at the client", service_step,
              ("server", "shapes")),
     StepSpec("acceptance", "the acceptance kit's checks that need no real weights (4, 5, 7, 8) on the service as "
@@ -119,7 +122,11 @@ def run(options: Options) -> Report:
             started = time.monotonic()
             ctx.step_end = started + allowed
             try:
-                step.detail = spec.function(ctx, step) or ""
+                if spec.decide is not None:
+                    ctx.findings = replace(ctx.findings, **spec.decide(ctx))
+                found = spec.function(ctx, step)
+                ctx.findings = replace(ctx.findings, **found.facts)
+                step.detail = found.summary or ""
                 step.status = PASS
             except Skip as exc:
                 step.status, step.detail = SKIPPED, str(exc)
@@ -171,19 +178,19 @@ def _facts(ctx: Context) -> dict:
     def data_of(name: str) -> dict:
         return ctx.report.steps[name].data if name in ctx.report.steps else {}
 
-    server = data_of("server")
+    server, findings = data_of("server"), ctx.findings
     facts = {
-        "service_python": ctx.python,
+        "service_python": findings.python,
         "served_config": server.get("config"),
-        "vram_cap_gib": ctx.caps["production_gib"] if ctx.cuda else None,
-        "check6_test_cap_gib": ctx.caps["test_gib"] if ctx.cuda else None,
-        "cap_choice": ctx.caps["why"] if ctx.cuda else None,
+        "vram_cap_gib": findings.caps["production_gib"] if ctx.cuda else None,
+        "check6_test_cap_gib": findings.caps["test_gib"] if ctx.cuda else None,
+        "cap_choice": findings.caps["why"] if ctx.cuda else None,
         "fla_warmup": _warmup_fact(data_of("kernel_warmup")),
-        "fla_first_inprocess_call_seconds": (ctx.inprocess or {}).get("first_call_seconds"),
-        "kernels_in_service": "fla" if ctx.kernels_bound else "torch (transformers' reference)",
-        "linear_attention_inprocess": ctx.inprocess_path,
+        "fla_first_inprocess_call_seconds": (findings.inprocess or {}).get("first_call_seconds"),
+        "kernels_in_service": "fla" if findings.kernels_bound else "torch (transformers' reference)",
+        "linear_attention_inprocess": findings.inprocess_path,
         "linear_attention_served": server.get("linear_attention"),
-        "slow_kernels_allowed": ctx.slow_kernels_allowed,
+        "slow_kernels_allowed": findings.slow_kernels_allowed,
         "hidden_from_service": [entry["distribution"] for entry in
                                 data_of("install").get("hidden", [])] or None,
         "latency": latency_rows(steps),

@@ -1,6 +1,5 @@
-"""What every step of the check shares: the options it runs with, the context the steps read and fill in turn (the
-service's interpreter, the server tree, the pins, the caps, the served stack, the running step's end), and the two
-outcomes a step may end with besides passing or failing."""
+"""What every step of the check shares: the options it runs with, the context it runs in (what earlier steps found,
+and the runner's resources), and the two outcomes a step may end with besides passing or failing."""
 from __future__ import annotations
 
 import os
@@ -9,10 +8,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devstack.fixture import FixturePins
-from gpucheck.cap import unmeasured
 from gpucheck.carry import REPO_ROOT
 from gpucheck.deadline import Deadline, run_logged
+from gpucheck.findings import Findings
 from gpucheck.report import Report
 from gpucheck.stack import Stack
 from intern_decision_model.offline import OFFLINE_ENV
@@ -49,26 +47,24 @@ class Options:
 
 @dataclass
 class Context:
+    """What a step runs with. Who writes what:
+
+    * findings: what the steps found (gpucheck.findings). Steps only read it; the runner (gpucheck.check) replaces
+      it with what each step returns, and is the one place that does.
+    * the runner's resources, which outlive the step that starts them: the served stack (held from the moment its
+      server is up, stopped by stop_stack or by the runner's teardown), the kernel warm-up running in the background
+      (started by the checkpoint step, finished by the kernel_warmup step, killed by the teardown if still running),
+      and step_end (set by the runner before each step). Steps hand them over through the methods below.
+    """
     options: Options
     report: Report
     deadline: Deadline
     machine_python: str = sys.executable
-    python: str = sys.executable  # the service's interpreter
-    server_root: Path | None = None
-    kernels: Path | None = None
-    pins: FixturePins | None = None
-    shapes_path: Path | None = None
-    fitted: dict = field(default_factory=dict)
-    inprocess: dict | None = None
-    kernels_bound: bool = False
-    caps: dict = field(default_factory=unmeasured)  # gpucheck.cap: the production cap and check 6's test cap
-    warmup_job: object | None = None  # the kernel warm-up running beside the checkpoint's build
-    checkpoint_started: bool = False
-    stack: Stack | None = None
-    token_file: Path | None = None
+    findings: Findings = field(default_factory=Findings)
+    stack: Stack | None = None  # the served stack, with its token: hold_stack, stop_stack
+    warmup_job: object | None = None  # the kernel warm-up running beside the checkpoint's build: start_warmup
+    warmup_started: bool = False  # the checkpoint step tried to start it (warmup_job None: nothing to warm)
     step_end: float = float("inf")  # when the running step's budget is spent (time.monotonic)
-    inprocess_path: str | None = None  # the linear-attention path the in-process figures ran
-    slow_kernels_allowed: bool = False
 
     @property
     def gpu(self) -> bool:
@@ -91,8 +87,9 @@ class Context:
                limit: float = float("inf")) -> str:
         """Run one of the check's scripts (or another module) in the service's interpreter, from the repository,
         within what the step has left (and limit)."""
-        return run_logged([python or self.python, "-m", module, *arguments], self.out / log, self.budget(limit),
-                          env=script_environment({**self.threads(), **self.kernel_cache()}), cwd=REPO_ROOT)
+        env = script_environment({**self.threads(), **self.kernel_cache()})
+        return run_logged([python or self.findings.python, "-m", module, *arguments], self.out / log,
+                          self.budget(limit), env=env, cwd=REPO_ROOT)
 
     def threads(self) -> dict:
         # On the CPU, one torch thread for the model in-process and in the stub alike: the two are compared, and
@@ -105,10 +102,24 @@ class Context:
         process finds them there."""
         return {"TRITON_CACHE_DIR": str(self.options.scratch / "triton-cache"), "TRITON_CACHE_AUTOTUNING": "1"}
 
+    def hold_stack(self, stack: Stack) -> None:
+        """From the moment its server is up: the teardown stops it from then on."""
+        self.stack = stack
+
     def stop_stack(self) -> None:
         if self.stack is not None:
             stack, self.stack = self.stack, None
             stack.stop()
+
+    def start_warmup(self, start) -> None:
+        """Holds the warm-up start() starts (start() returns None where there is nothing to warm)."""
+        self.warmup_started = True
+        self.warmup_job = start()
+
+    def take_warmup(self) -> object | None:
+        """The running warm-up, which the caller finishes or kills; None when none was started."""
+        job, self.warmup_job = self.warmup_job, None
+        return job
 
 
 def dtype_of(ctx: Context) -> str:

@@ -52,6 +52,7 @@ class Stack:
     shim: ShimServer
     config: str
     attempts: list
+    token_file: Path | None = None  # the shim's API token, for as long as this stack serves
 
     def stop(self) -> None:
         """Within the teardown's reserve (gpucheck.check.TEARDOWN_SECONDS): each is killed past its timeout."""

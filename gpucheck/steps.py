@@ -1,5 +1,8 @@
-"""The check's steps, each a function of the shared context and its report entry that returns its one-line detail
-(raising Skip, Inconclusive or any error otherwise); gpucheck.check runs them in order under their allowances."""
+"""The check's steps, each a function of the context and its report entry that returns a Found: its one-line detail
+and what it found (gpucheck.findings), which gpucheck.check records into the context for the steps after it. A step
+raises Skip, Inconclusive or any error otherwise. Steps read what earlier steps found (ctx.findings) and never write
+it; they hand the runner its resources (the served stack, the kernel warm-up) through the context's methods.
+gpucheck.check runs them in order under their allowances."""
 from __future__ import annotations
 
 import importlib.util
@@ -17,13 +20,14 @@ from gpucheck.carry import REPO_ROOT
 from gpucheck.context import Context, Inconclusive, Skip, dtype_of, script_environment
 from gpucheck.deadline import finish_logged, kill_group, run_logged, start_logged
 from gpucheck.environment import nvidia_smi
+from gpucheck.findings import Found
 from gpucheck.report import PASS, Step
 from gpucheck.service import time_shape
 from gpucheck.stack import VARIANT, Stack, health, prepare_repository, start_server
 from intern_decision_model.kernels import FAST
 
 
-def environment(ctx: Context, step: Step) -> str:
+def environment(ctx: Context, step: Step) -> Found:
     path = ctx.out / "environment.json"
     ctx.script("gpucheck.environment", ["--out", path], "environment.log", python=ctx.machine_python)
     facts = json.loads(path.read_text())
@@ -38,10 +42,10 @@ def environment(ctx: Context, step: Step) -> str:
                           for name, entry in kernels.items()))
     if ctx.cuda and not facts.get("cuda_available"):
         raise RuntimeError(f"torch sees no CUDA device. {detail}")
-    return detail
+    return Found(detail)
 
 
-def install_step(ctx: Context, step: Step) -> str:
+def install_step(ctx: Context, step: Step) -> Found:
     if not ctx.gpu:
         raise Skip(".venv (scripts/bootstrap.sh) has everything the CPU run needs")
     facts = install.install(ctx.machine_python, ctx.options.carry, ctx.options.scratch, ctx.out / "install.log",
@@ -52,25 +56,24 @@ def install_step(ctx: Context, step: Step) -> str:
         facts["carried_bytes"] = carried.get("carry_bytes")
         facts["carried_with_repository_bytes"] = carried.get("total_bytes")
     step.data = facts
-    ctx.python = facts["python"]
-    ctx.server_root = Path(facts["server_root"])
-    ctx.kernels = Path(facts["kernels"]) if facts["kernels"] else None
-    return (f"environment {ctx.python}: " + ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
-            + f"; server unpacked; kernel packages {'installed apart' if ctx.kernels else 'not carried'}")
+    python, kernels = facts["python"], Path(facts["kernels"]) if facts["kernels"] else None
+    return Found(f"environment {python}: " + ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
+                 + f"; server unpacked; kernel packages {'installed apart' if kernels else 'not carried'}",
+                 python=python, server_root=Path(facts["server_root"]), kernels=kernels)
 
 
-def stub_step(ctx: Context, step: Step) -> str:
-    root = ctx.options.server_root or ctx.server_root or bundled_server_root()
-    ctx.server_root = root
-    version = install.version_of(ctx.python)
+def stub_step(ctx: Context, step: Step) -> Found:
+    root = ctx.options.server_root or ctx.findings.server_root or bundled_server_root()
+    version = install.version_of(ctx.findings.python)
     placed = stub.place(root, version)
-    libdir = interpreter_libdir(ctx.python)
+    libdir = interpreter_libdir(ctx.findings.python)
     problems = stub.linkage_problems(root, libdir, ctx.out / "ldd.txt")
     step.data = {"server_root": str(root), "python_version": version, "stub": str(placed), "libdir": libdir,
                  "linkage_problems": problems}
     if problems:
         raise RuntimeError("the server or its stub cannot load: " + "; ".join(problems))
-    return f"stub for Python {version} in place; every library of the server and the stub found (ldd.txt)"
+    return Found(f"stub for Python {version} in place; every library of the server and the stub found (ldd.txt)",
+                 server_root=root)
 
 
 # The sequence lengths the kernels are warmed at: each shape's target, and the 21 criteria's two calls over the
@@ -78,64 +81,65 @@ def stub_step(ctx: Context, step: Step) -> str:
 WARM_LENGTHS = sorted({target for _, _, target, _ in shapes.SHAPES.values() if target} | {364, 798})
 
 
-def start_kernel_warmup(ctx: Context) -> None:
+def start_kernel_warmup(ctx: Context):
     """flash-linear-attention's compiles and autotuning, in the background while the checkpoint is built (the
-    kernel_warmup step waits for it). Not started where fla is neither carried nor installed (the CPU run)."""
-    if ctx.kernels is None and importlib.util.find_spec("fla") is None:
-        return
+    kernel_warmup step waits for it). Not started where fla is neither carried nor installed (the CPU run): None."""
+    kernels = ctx.findings.kernels
+    if kernels is None and importlib.util.find_spec("fla") is None:
+        return None
     size = "full" if ctx.options.checkpoint == "synthetic-full" else "small"
     arguments = ["--size", size, "--device", ctx.options.device, "--dtype", dtype_of(ctx),
                  "--lengths", ",".join(map(str, WARM_LENGTHS)), "--out", ctx.out / "kernel-warmup.json"]
-    if ctx.kernels is not None:
-        arguments += ["--kernels", ctx.kernels]
+    if kernels is not None:
+        arguments += ["--kernels", kernels]
     env = script_environment({**ctx.threads(), **ctx.kernel_cache(), "TRITON_PRINT_AUTOTUNING": "1"})
-    ctx.warmup_job = start_logged([ctx.python, "-m", "gpucheck.warm_kernels", *arguments],
-                                  ctx.out / "kernel-warmup.log", env=env, cwd=REPO_ROOT, stdout_to_log=True)
+    return start_logged([ctx.findings.python, "-m", "gpucheck.warm_kernels", *arguments],
+                        ctx.out / "kernel-warmup.log", env=env, cwd=REPO_ROOT, stdout_to_log=True)
 
 
-def checkpoint_step(ctx: Context, step: Step) -> str:
-    ctx.checkpoint_started = True
-    start_kernel_warmup(ctx)
+def checkpoint_step(ctx: Context, step: Step) -> Found:
+    ctx.start_warmup(lambda: start_kernel_warmup(ctx))  # the runner's from here on, whatever the build does
+    python = ctx.findings.python
     root = ctx.options.scratch / "hf"
     kind = ctx.options.checkpoint
     if kind == "fixture":
-        command = [ctx.python, BUILD_SCRIPT, "--root", root]
+        command = [python, BUILD_SCRIPT, "--root", root]
     else:
-        command = [ctx.python, "-m", "fixture_checkpoint.synthetic", "--root", root, "--size", kind.split("-")[1]]
+        command = [python, "-m", "fixture_checkpoint.synthetic", "--root", root, "--size", kind.split("-")[1]]
     output = run_logged(command, ctx.out / "checkpoint.log", ctx.budget(), env=script_environment(),
                         cwd=REPO_ROOT)
     facts = json.loads(output.strip().splitlines()[-1])
-    ctx.pins = FixturePins(Path(facts["checkpoint"]), facts["revision"], facts["inference_sha256"])
+    pins = FixturePins(Path(facts["checkpoint"]), facts["revision"], facts["inference_sha256"])
     step.data = facts
     if kind == "fixture":
-        return f"tiny fixture, revision {facts['revision'][:12]}"
-    return (f"{kind}: {facts['parameters']:,} parameters, {facts['weight_bytes'] / 1e9:.2f} GB in "
-            f"{facts['shards']} shards, revision {facts['revision'][:12]}, built in {facts['seconds']['total']} s "
-            f"(weights {facts['seconds']['weights']} s)")
+        return Found(f"tiny fixture, revision {facts['revision'][:12]}", pins=pins)
+    return Found(f"{kind}: {facts['parameters']:,} parameters, {facts['weight_bytes'] / 1e9:.2f} GB in "
+                 f"{facts['shards']} shards, revision {facts['revision'][:12]}, built in "
+                 f"{facts['seconds']['total']} s (weights {facts['seconds']['weights']} s)", pins=pins)
 
 
-def shapes_step(ctx: Context, step: Step) -> str:
+def shapes_step(ctx: Context, step: Step) -> Found:
     path = ctx.options.scratch / "shapes.json"
-    ctx.script("gpucheck.fit", ["--checkpoint", ctx.pins.checkpoint, "--out", path], "shapes.log")
-    fitted = json.loads(path.read_text())
-    ctx.shapes_path, ctx.fitted = path, fitted["shapes"]
-    step.data = {"tokenizer_size": fitted["tokenizer_size"],
+    ctx.script("gpucheck.fit", ["--checkpoint", ctx.findings.pins.checkpoint, "--out", path], "shapes.log")
+    written = json.loads(path.read_text())
+    fitted = written["shapes"]
+    step.data = {"tokenizer_size": written["tokenizer_size"],
                  "shapes": {name: {key: value for key, value in shape.items() if key != "body"}
-                            for name, shape in fitted["shapes"].items()}}
+                            for name, shape in fitted.items()}}
     missed = [f"{name} {shape['tokens'][0]} tokens for {shape['target_tokens']}"
-              for name, shape in ctx.fitted.items() if not shape["reached"]]
-    detail = "; ".join(f"{name} {'+'.join(map(str, shape['tokens']))} tokens" for name, shape in ctx.fitted.items())
+              for name, shape in fitted.items() if not shape["reached"]]
+    detail = "; ".join(f"{name} {'+'.join(map(str, shape['tokens']))} tokens" for name, shape in fitted.items())
     if missed and ctx.options.checkpoint != "fixture":
         raise RuntimeError("targets not reached: " + "; ".join(missed))
     if missed:
         detail += " (the tiny fixture's tokenizer cannot reach: " + "; ".join(missed) + ")"
-    return detail
+    return Found(detail, shapes_path=path, fitted=fitted)
 
 
-def kernel_warmup_step(ctx: Context, step: Step) -> str:
-    job, ctx.warmup_job = ctx.warmup_job, None
+def kernel_warmup_step(ctx: Context, step: Step) -> Found:
+    job = ctx.take_warmup()
     if job is None:
-        raise Skip("flash-linear-attention is neither carried nor installed" if ctx.checkpoint_started
+        raise Skip("flash-linear-attention is neither carried nor installed" if ctx.warmup_started
                    else "the warm-up did not start (the checkpoint step did not run)")
     try:
         finish_logged(job, ctx.budget())
@@ -149,7 +153,7 @@ def kernel_warmup_step(ctx: Context, step: Step) -> str:
         raise Skip(found.get("reason") or "the warm-up wrote no result")
     firsts = ", ".join(f"{length} tokens {entry['first_seconds']} s (then {entry['second_seconds']} s)"
                        for length, entry in found["lengths"].items())
-    return f"fla {found['fla']} compiled and autotuned in {found['seconds']} s: first calls {firsts}"
+    return Found(f"fla {found['fla']} compiled and autotuned in {found['seconds']} s: first calls {firsts}")
 
 
 # Of an in-process run's budget: importing torch and transformers before the script's own clock starts, and the
@@ -169,14 +173,14 @@ def _run_inprocess(ctx: Context, out_name: str, block: bool, share: float = 1.0)
     path = ctx.out / out_name
     budget = ctx.budget(share * max(0.0, ctx.step_end - time.monotonic()))
     own = budget - INPROCESS_IMPORTS_SECONDS - INPROCESS_LAST_ROUNDS_SECONDS
-    arguments = ["--checkpoint", ctx.pins.checkpoint, "--shapes", ctx.shapes_path, "--out", path,
+    arguments = ["--checkpoint", ctx.findings.pins.checkpoint, "--shapes", ctx.findings.shapes_path, "--out", path,
                  "--device", ctx.options.device, "--dtype", dtype_of(ctx),
                  "--rounds", str(ctx.options.rounds), "--warmup", str(ctx.options.warmup),
                  "--budget", str(max(5, int(own)))]
     if ctx.cuda:
         arguments.append("--probe")
-    if ctx.kernels is not None:
-        arguments += ["--kernels", ctx.kernels]
+    if ctx.findings.kernels is not None:
+        arguments += ["--kernels", ctx.findings.kernels]
     if block:
         arguments.append("--block-kernels")
     try:
@@ -196,11 +200,11 @@ def _describe_inprocess(result: dict) -> str:
             f"linear attention {result.get('linear_attention')}: {bound}")
 
 
-def inprocess_step(ctx: Context, step: Step) -> str:
+def inprocess_step(ctx: Context, step: Step) -> Found:
     note = ""
     try:
         result = _run_inprocess(ctx, "inprocess.json", block=False,
-                                share=WITH_KERNELS_SHARE if ctx.kernels is not None else 1.0)
+                                share=WITH_KERNELS_SHARE if ctx.findings.kernels is not None else 1.0)
     except (RuntimeError, TimeoutError) as exc:
         first = _partial(ctx.out / "inprocess.json")
         if not first.get("kernels", {}).get("fla", {}).get("importable") or first.get("kernels_blocked"):
@@ -214,16 +218,16 @@ def inprocess_step(ctx: Context, step: Step) -> str:
         except (RuntimeError, TimeoutError):
             step.data = _partial(ctx.out / "inprocess.json")
             raise
-    ctx.inprocess = result
-    ctx.inprocess_path = result.get("linear_attention")
-    ctx.kernels_bound = any(entry.get("path") == "fast" for entry in (result.get("bound") or {}).values())
+    caps = ctx.findings.caps
     if ctx.cuda:
         try:
-            ctx.caps = plan_caps(result)
+            caps = plan_caps(result)
         except (KeyError, TypeError):  # a shape or the probe is missing: served uncapped, check 6 inconclusive
-            ctx.caps = unmeasured()
-    step.data = {**result, "caps": ctx.caps}
-    return _describe_inprocess(result) + note
+            caps = unmeasured()
+    step.data = {**result, "caps": caps}
+    return Found(_describe_inprocess(result) + note, inprocess=result, inprocess_path=result.get("linear_attention"),
+                 kernels_bound=any(entry.get("path") == "fast" for entry in (result.get("bound") or {}).values()),
+                 caps=caps)
 
 
 def _partial(path: Path) -> dict:
@@ -235,78 +239,86 @@ def _partial(path: Path) -> dict:
 
 def _serve(ctx: Context, cap_gib: float | None, attempts: list, shim_log: str) -> tuple[float, dict]:
     """tritonserver with the model (under cap_gib on CUDA, uncapped when None) and the shim in front, ready; the
-    stack is ctx.stack from the moment the server is up, so that the teardown stops it. Returns (seconds to ready,
-    /health)."""
+    context holds the stack (ctx.stack, with its token) from the moment the server is up, so that the teardown
+    stops it. Returns (seconds to ready, /health)."""
+    findings = ctx.findings
     repository = prepare_repository(ctx.options.scratch)
-    env = ctx.pins.env()
+    env = findings.pins.env()
     env.update(INTERN_DECISION_DEVICE=ctx.options.device, INTERN_DECISION_DTYPE=dtype_of(ctx),
                HF_HUB_DISABLE_PROGRESS_BARS="1", **ctx.threads(), **ctx.kernel_cache())
-    if ctx.slow_kernels_allowed:
+    if findings.slow_kernels_allowed:
         env["INTERN_DECISION_ALLOW_SLOW_KERNELS"] = "1"
     if cap_gib is not None:
         env["INTERN_DECISION_VRAM_CAP_GIB"] = f"{cap_gib:.2f}"
     started = time.monotonic()
-    server, label, tried = start_server(attempts, env, repository, ctx.server_root, ctx.python, ctx.out,
+    server, label, tried = start_server(attempts, env, repository, findings.server_root, findings.python, ctx.out,
                                         ctx.budget)
     ready_seconds = round(time.monotonic() - started, 1)
     token = secrets.token_urlsafe(32)
     # The carry holds the shim's packages but not mcp's (its closure would not fit): the check serves without /mcp.
     shim = ShimServer(server, {"INTERN_DECISION_API_TOKEN": token, "INTERN_DECISION_MCP": "0"}, ctx.out / shim_log,
-                      python=ctx.python)
-    ctx.stack = Stack(server, shim, label, tried)  # from here on, the teardown stops both
-    ctx.token_file = ctx.options.scratch / "api-token"
-    ctx.token_file.write_text(token)
-    ctx.token_file.chmod(0o600)
+                      python=findings.python)
+    token_file = ctx.options.scratch / "api-token"
+    ctx.hold_stack(Stack(server, shim, label, tried, token_file))  # from here on, the teardown stops both
+    token_file.write_text(token)
+    token_file.chmod(0o600)
     shim.start().wait_ready(timeout=ctx.budget())
     return ready_seconds, health(shim)
 
 
-def server_step(ctx: Context, step: Step) -> str:
-    if ctx.cuda and ctx.inprocess_path != FAST:
-        # causal-conv1d has no wheel and is not carried, so on the GPU machine the path is "mixed" (fla for the
-        # delta rule, torch for the convolution), which the model refuses on CUDA unless told otherwise. The check
-        # serves knowingly on that path, and the report says so in bold.
-        ctx.slow_kernels_allowed = True
-    if ctx.kernels_bound and ctx.kernels is not None:
-        install.expose_kernels(ctx.python, ctx.kernels, ctx.out / "install.log")
+def serving_choice(ctx: Context) -> dict:
+    """What the server step serves with, decided as it starts: the runner records it before the step runs, so that
+    the report says it even when serving fails (gpucheck.check.StepSpec.decide)."""
+    # causal-conv1d has no wheel and is not carried, so on the GPU machine the path is "mixed" (fla for the delta
+    # rule, torch for the convolution), which the model refuses on CUDA unless told otherwise. The check serves
+    # knowingly on that path, and the report says so in bold.
+    return {"slow_kernels_allowed": ctx.cuda and ctx.findings.inprocess_path != FAST}
+
+
+def server_step(ctx: Context, step: Step) -> Found:
+    findings = ctx.findings
+    if findings.kernels_bound and findings.kernels is not None:
+        install.expose_kernels(findings.python, findings.kernels, ctx.out / "install.log")
     attempts = [("production", None), ("variant", VARIANT)] if ctx.gpu else [("cpu", "cpu")]
-    cap = ctx.caps["production_gib"] if ctx.cuda else None
+    cap = findings.caps["production_gib"] if ctx.cuda else None
     ready_seconds, facts = _serve(ctx, cap, attempts, "shim.log")
     if ctx.cuda:
         nvidia_smi(ctx.out / "nvidia-smi.txt", "serving (after startup)")
     served = (facts.get("model") or {}).get("linear_attention")
     server, shim = ctx.stack.server, ctx.stack.shim
     step.data = {"config": ctx.stack.config, "attempts": ctx.stack.attempts, "ready_seconds": ready_seconds,
-                 "vram_cap_gib": cap, "caps": ctx.caps, "kernels_exposed": bool(ctx.kernels_bound and ctx.kernels),
-                 "health": facts, "linear_attention": served, "slow_kernels_allowed": ctx.slow_kernels_allowed,
+                 "vram_cap_gib": cap, "caps": findings.caps,
+                 "kernels_exposed": bool(findings.kernels_bound and findings.kernels), "health": facts,
+                 "linear_attention": served, "slow_kernels_allowed": findings.slow_kernels_allowed,
                  "triton": server.http_url, "metrics": server.metrics_url, "shim": shim.url}
     capped = f", production VRAM cap {cap} GiB" if cap else (", uncapped" if ctx.cuda else "")
-    slow = ", INTERN_DECISION_ALLOW_SLOW_KERNELS=1 set by the check" if ctx.slow_kernels_allowed else ""
-    return (f"config {ctx.stack.config} ready after {ready_seconds} s{capped}; linear attention {served}{slow}; "
-            f"shim on {shim.url}; /health {facts.get('status')}")
+    slow = ", INTERN_DECISION_ALLOW_SLOW_KERNELS=1 set by the check" if findings.slow_kernels_allowed else ""
+    return Found(f"config {ctx.stack.config} ready after {ready_seconds} s{capped}; linear attention {served}{slow}; "
+                 f"shim on {shim.url}; /health {facts.get('status')}")
 
 
 SERVICE_LAST_ROUND_SECONDS = 5  # a shape's last request may start just before its slice ends
 
 
-def service_step(ctx: Context, step: Step) -> str:
-    timed = [name for name, shape in ctx.fitted.items() if shape["timed"]]
+def service_step(ctx: Context, step: Step) -> Found:
+    fitted = ctx.findings.fitted
+    timed = [name for name, shape in fitted.items() if shape["timed"]]
     deadline = time.monotonic() + ctx.budget()
     results, mismatched = {}, []
-    token = ctx.token_file.read_text()
+    token = ctx.stack.token_file.read_text()
     for position, name in enumerate(timed):
         seconds = max(1.0, (deadline - time.monotonic()) / (len(timed) - position) - SERVICE_LAST_ROUND_SECONDS)
-        entry = time_shape(ctx.stack.shim.url, token, ctx.fitted[name]["body"], ctx.options.rounds, seconds,
+        entry = time_shape(ctx.stack.shim.url, token, fitted[name]["body"], ctx.options.rounds, seconds,
                            ctx.options.warmup)
-        entry["tokens_match"] = entry["tokens"] == ctx.fitted[name]["tokens"]
+        entry["tokens_match"] = entry["tokens"] == fitted[name]["tokens"]
         if not entry["tokens_match"]:
-            mismatched.append(f"{name}: service {entry['tokens']}, fitted {ctx.fitted[name]['tokens']}")
+            mismatched.append(f"{name}: service {entry['tokens']}, fitted {fitted[name]['tokens']}")
         results[name] = entry
         step.data = {"shapes": results}
     if mismatched:
         raise RuntimeError("the service scored other prompts than predict() in-process: " + "; ".join(mismatched))
-    return "; ".join(f"{name} p50 {entry['client'].get('p50')} ms (n={entry['client'].get('count')})"
-                     for name, entry in results.items())
+    return Found("; ".join(f"{name} p50 {entry['client'].get('p50')} ms (n={entry['client'].get('count')})"
+                           for name, entry in results.items()))
 
 
 OVER_CAP_CHECK = "6"  # needs an instance under a cap the largest legal call exceeds: the overcap step
@@ -324,8 +336,9 @@ def _run_kit(ctx: Context, step: Step, checks: list[str], name: str) -> dict:
     server, shim = ctx.stack.server, ctx.stack.shim
     step.data.update(checks_requested=",".join(checks))
     try:
-        report = acceptance_kit.run(ctx.python, shim.url, ctx.token_file, server.metrics_url, ",".join(checks),
-                                    ctx.options.kit_n, ctx.out / name, ctx.out / f"{name}.log", ctx.budget())
+        report = acceptance_kit.run(ctx.findings.python, shim.url, ctx.stack.token_file, server.metrics_url,
+                                    ",".join(checks), ctx.options.kit_n, ctx.out / name, ctx.out / f"{name}.log",
+                                    ctx.budget())
     except acceptance_kit.KitFailed as exc:
         step.data["checks"] = acceptance_kit.check_statuses(exc.report)
         step.data["kit"] = exc.report.get("checks")
@@ -335,22 +348,22 @@ def _run_kit(ctx: Context, step: Step, checks: list[str], name: str) -> dict:
     return report
 
 
-def acceptance_step(ctx: Context, step: Step) -> str:
+def acceptance_step(ctx: Context, step: Step) -> Found:
     checks = [check for check in _kit_checks(ctx) if check != OVER_CAP_CHECK]
     if not checks:
         raise Skip("no acceptance check but check 6 selected")
-    step.data = {"vram_cap_gib": ctx.caps["production_gib"] if ctx.cuda else None}
+    step.data = {"vram_cap_gib": ctx.findings.caps["production_gib"] if ctx.cuda else None}
     _run_kit(ctx, step, checks, "acceptance")
-    return "checks " + ", ".join(f"{check} {status}" for check, status in step.data["checks"].items())
+    return Found("checks " + ", ".join(f"{check} {status}" for check, status in step.data["checks"].items()))
 
 
 SERVED_CONFIGS = {"production": None, "variant": VARIANT, "cpu": "cpu"}
 
 
-def overcap_step(ctx: Context, step: Step) -> str:
+def overcap_step(ctx: Context, step: Step) -> Found:
     if OVER_CAP_CHECK not in _kit_checks(ctx):
         raise Skip("acceptance check 6 not selected")
-    caps = ctx.caps
+    caps = ctx.findings.caps
     step.data = {"caps": caps}
     if not caps.get("separable"):
         raise Inconclusive(f"no VRAM cap lets the model start and serve the normal shapes yet stops the largest "
@@ -368,15 +381,15 @@ def overcap_step(ctx: Context, step: Step) -> str:
               f"{step.data['checks'].get(OVER_CAP_CHECK)}")
     if step.data["checks"].get(OVER_CAP_CHECK) != PASS:
         raise Inconclusive(f"{detail}: {result.get('reason')}")
-    return detail
+    return Found(detail)
 
 
-def inprocess_torch_step(ctx: Context, step: Step) -> str:
-    if not ctx.kernels_bound:
-        fla = ((ctx.inprocess or {}).get("kernels") or {}).get("fla", {})
+def inprocess_torch_step(ctx: Context, step: Step) -> Found:
+    if not ctx.findings.kernels_bound:
+        fla = ((ctx.findings.inprocess or {}).get("kernels") or {}).get("fla", {})
         reason = "fla does not import" if not fla.get("importable") else "transformers did not bind fla"
         raise Skip(f"the in-process run already used transformers' torch implementations ({reason})")
     ctx.stop_stack()  # a quiet GPU for the measurement
     result = _run_inprocess(ctx, "inprocess-torch.json", block=True)
     step.data = result
-    return _describe_inprocess(result)
+    return Found(_describe_inprocess(result))

@@ -9,6 +9,7 @@ import pytest
 
 from gpucheck import archive, budgets, check
 from gpucheck.context import Options
+from gpucheck.findings import Found
 from gpucheck.__main__ import parse
 from gpucheck.stack import Stack
 
@@ -84,7 +85,7 @@ def _fake_steps(monkeypatch, timings, sleeps, essential=None):
         def function(ctx, step):
             ran.append(name)
             time.sleep(sleeps.get(name, 0))
-            return f"{name} done, {ctx.budget():.0f} s left to it"
+            return Found(f"{name} done, {ctx.budget():.0f} s left to it")
         return function
 
     optional = set(timings) - set(essential if essential is not None else timings)
@@ -134,7 +135,7 @@ def test_a_step_is_cut_to_its_limit(monkeypatch, tmp_path):
 
     def measure(ctx, step):
         seen["budget"] = ctx.budget()
-        return ""
+        return Found("")
 
     monkeypatch.setattr(check, "STEPS", (check.StepSpec("only", "only", measure, ()),))
     monkeypatch.setitem(budgets.TIMINGS, "cpu", {"only": budgets.Timing(expected=2, rehearsed=1)})
@@ -148,13 +149,13 @@ def test_the_archive_comes_back_with_every_finished_steps_logs_while_a_later_ste
 
     def first(ctx, step):
         (ctx.out / "first.log").write_text("first's log")
-        return "wrote"
+        return Found("wrote")
 
     def second(ctx, step):  # what a run cut from outside now would return
         with tarfile.open(ctx.options.out / check.ARCHIVE_NAME) as opened:
             seen["names"] = sorted(opened.getnames())
             seen["report"] = json.loads(opened.extractfile("gpucheck-files/report.json").read())
-        return ""
+        return Found("")
 
     monkeypatch.setattr(check, "STEPS", (check.StepSpec("first", "first", first, ()),
                                          check.StepSpec("second", "second", second, ())))
@@ -170,7 +171,7 @@ def test_the_report_folder_holds_three_files_and_the_archive_holds_the_rest(monk
         (ctx.out / "a.log").write_text("x" * 10)
         (ctx.out / "acceptance").mkdir()
         (ctx.out / "acceptance" / "report.json").write_text("{}")
-        return "wrote"
+        return Found("wrote")
 
     monkeypatch.setattr(check, "STEPS", (check.StepSpec("only", "only", writes_logs, ()),))
     monkeypatch.setitem(budgets.TIMINGS, "cpu", {"only": budgets.Timing(1, 1)})

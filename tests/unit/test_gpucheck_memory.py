@@ -10,6 +10,7 @@ from acceptance.checks import overcap, vram
 from acceptance.memory import suggest_cap_gib
 from gpucheck import cap, inprocess, steps
 from gpucheck.context import Context, Inconclusive, Options
+from gpucheck.findings import Findings
 from gpucheck.report import Report, Step
 from tests.unit.test_acceptance_checks import HEALTH, context, error, reply, shared_answer
 
@@ -202,7 +203,7 @@ def test_where_no_cap_separates_the_checks_overcap_step_is_inconclusive_with_the
     options = Options(mode="gpu", device="cuda", out=tmp_path / "out", scratch=tmp_path, carry=tmp_path,
                             checkpoint="synthetic-full", rounds=1, warmup=0, kit_checks="4,5,6,7,8", kit_n=1,
                             deadline=100)
-    ctx = Context(options, Report(tmp_path, "gpu", 100, []), deadline=None, caps=caps)
+    ctx = Context(options, Report(tmp_path, "gpu", 100, []), deadline=None, findings=Findings(caps=caps))
     step = Step("overcap", "overcap")
     with pytest.raises(Inconclusive) as raised:
         steps.overcap_step(ctx, step)
