@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from tritonclient.http import InferenceServerClient, InferInput
 
-from shim.http1 import Http1Connection
+from shim.port.http1 import Http1Connection
 from wire.env import host_port
 
 

@@ -81,6 +81,23 @@ def mcp_section(run: dict) -> list[str]:
             "text). The model's time is the same.", ""]
 
 
+def before_after_section(run: dict) -> list[str]:
+    """bench/before_after.py: an earlier commit's shim and this tree's, in one run over the same Triton."""
+    lines = ["## An earlier shim and this one, in one run", "",
+             f"`bench/before_after.py`: the shim at `{run['before'][:12]}` (before) and at `{run['after']}` (after), "
+             f"in front of the same tritonserver, every shape sent to both in each of {run['rounds']} rounds (after 2 "
+             f"warm-up rounds), which goes first alternating; each time less the forward time the answer reports. "
+             f"On {run['machine']}. ms:", "",
+             "| shape | before p50 / p99 | after p50 / p99 | after minus before, p50 |", "|---|---|---|---|"]
+    for name, sides in run["shapes"].items():
+        before, after = sides["before"], sides["after"]
+        lines.append(f"| {name} | {pair(before)} | {pair(after)} | {after['p50'] - before['p50']:+.2f} |")
+    cpu = run["shim_cpu_ms_per_request"]
+    lines += ["", f"The shim's CPU per one-question request over {run['cpu_requests']} requests each: before "
+              f"{cpu['before']:.2f} ms, after {cpu['after']:.2f} ms.", ""]
+    return lines
+
+
 def write_doc() -> None:
     runs = {path.stem: json.loads(path.read_text()) for path in sorted((BENCH / "results").glob("*.json"))}
     lines = [
@@ -109,6 +126,8 @@ def write_doc() -> None:
         lines += systemone_section(runs["systemone"])
     if "mcp" in runs:
         lines += mcp_section(runs["mcp"])
+    if "before_after" in runs:
+        lines += before_after_section(runs["before_after"])
     notes = BENCH / "notes.md"
     DOC.write_text("\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else ""))
 

@@ -51,8 +51,10 @@ class ServerExited(RuntimeError):
 
 
 class ManagedProcess:
-    def __init__(self, name: str, command: list[str], env: dict[str, str], log_path: Path, ready_url: str):
+    def __init__(self, name: str, command: list[str], env: dict[str, str], log_path: Path, ready_url: str,
+                 cwd: Path | None = None):
         self.name = name
+        self._cwd = cwd
         self.log_path = log_path
         self._command = command
         self._env = env
@@ -64,7 +66,7 @@ class ManagedProcess:
         rotate_log(self.log_path)
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(self._command, env=self._env, stdout=log, stderr=subprocess.STDOUT,
-                                             start_new_session=True)
+                                             start_new_session=True, cwd=self._cwd)
         return self
 
     @property

@@ -22,13 +22,16 @@ def shim_environment(triton: TritonServer, extra: dict[str, str]) -> dict[str, s
 
 class ShimServer(ManagedProcess):
     def __init__(self, triton: TritonServer, env: dict[str, str], log_path: Path, port: int | None = None,
-                 metrics_port: int | None = None, python: str | None = None):
+                 metrics_port: int | None = None, python: str | None = None, tree: Path | None = None):
+        """tree: another checkout of the project to run the shim from (bench/before_after.py); this one when None."""
         spare = [free for free in free_ports(3) if free not in (port, metrics_port)]
         self.port = port or spare.pop()
         self.metrics_port = metrics_port or spare.pop()
         command = [python or sys.executable, "-m", "shim", "--host", "127.0.0.1", "--port", str(self.port)]
         env = {**env, "INTERN_DECISION_METRICS_PORT": str(self.metrics_port)}
-        super().__init__("shim", command, shim_environment(triton, env), log_path, f"{self.url}/health")
+        if tree is not None:  # python -m finds the package in its working directory first
+            env["PYTHONPATH"] = str(tree)
+        super().__init__("shim", command, shim_environment(triton, env), log_path, f"{self.url}/health", cwd=tree)
 
     @property
     def url(self) -> str:

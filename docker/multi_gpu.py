@@ -40,7 +40,7 @@ TIMING_SETTINGS = {"drain_seconds": "INTERN_DECISION_DRAIN_SECONDS",
 
 def longest_request_seconds(max_calls: int = MAX_CALLS, call_timeout: float = CALL_TIMEOUT_SECONDS) -> int:
     """What one request may take at most once it reaches the lock: every call at its timeout. Its calls go to Triton
-    as one inference whose timeout is CALL_TIMEOUT_SECONDS per call (shim/triton.py)."""
+    as one inference whose timeout is CALL_TIMEOUT_SECONDS per call (shim/port/triton.py)."""
     return math.ceil(max_calls * call_timeout)
 
 

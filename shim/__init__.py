@@ -1,29 +1,32 @@
 """The HTTP side of intern-decision-serve: semif-serve's surface and TypeSafe's System One on top of Triton.
 
-settings    configuration from INTERN_DECISION_* (validated, fail closed)
-validation  the semif request bodies, checked and turned into decisions      (pure)
-planning    decisions -> orderings -> waves -> calls of at most 16 questions (pure)
-combining   per-ordering results and the averaged view                        (pure)
-errors      the error envelope, the public errors, the one failure type of a call (Failure on wire.Kind) (pure)
-model       the Protocol every model implements (Triton, the watch, the tests' fake), and a ping's Probe
-context     the request's id and usage, in ContextVars the middleware, the logs and the services share
-encoding    gzip and zstd request bodies decoded within the body limit        (pure)
-triton      the calls to Triton over our own HTTP/1.1 connections, each answer read once into wire.answer (I/O)
-watch       the model's liveness: pings, and reloads when its process died   (I/O)
-calls       one request's calls under the process-wide lock, counted and classified (I/O)
-middleware  auth, the encoding, admission, the body limit and deadline as pure ASGI middleware (I/O)
-framing     a Transfer-Encoding other than chunked refused, an answer before the body's end closing the connection
-drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
-access      one JSON access line and the request series per HTTP request    (I/O)
-metrics     the Prometheus series, served on a port of their own           (I/O)
-logs        JSON log lines, the request id on every one                     (pure)
-health      GET /health and the model_up gauge                               (I/O)
-service     the semif requests: decisions planned, calls run, results assembled (I/O)
-semif       the semif routes, bound to their service
-systemone/  GET /v1/models, POST /v1/systemone and its batch (routes bound to their service), TypeSafe's
-            conventions on those paths (conventions), and the same operations as MCP tools at /mcp (mcp)
-handlers    every error answered in the envelope
+Two surfaces, siblings over one model port; the app is the only module that knows both, and neither imports the
+other. From the outside in:
+
 app         the Starlette application: wiring only; one CallRunner (one lock) for both surfaces
-server      uvicorn as python -m shim runs it, request headers bounded        (I/O)
+server      uvicorn as python -m shim runs it, request headers and connections bounded            (I/O)
+edge/       the request before any route, pure ASGI middleware, one concern each, ordered in app:
+            request_id, access (one access line and the request series), framing (Transfer-Encoding; an answer
+            before the body's end closes the connection), auth (401, with tokens), draining (503 once the drain
+            refuses), body (415 for an unknown Content-Encoding; once admitted, the body read within its limits
+            and decoded by encoding), admission (429, at most MAX_QUEUE)
+semif/      POST /decide and POST /decide/shared: request (the bodies checked into decisions), plan (decisions ->
+            orderings -> waves -> calls), answers (per-ordering results and the averaged view), service, routes
+systemone/  GET /v1/models, POST /v1/systemone and its batch: catalog, request, answers, service, routes; TypeSafe's
+            conventions on those paths (conventions), the same operations as MCP tools at /mcp (mcp)
+health      GET /health and the model_up gauge, and the model's facts (FactsCache), from what the watch knows
+handlers    every error answered in the envelope
+port/       the model as both surfaces use it: model (the Protocol and a ping's Probe), calls (one request's calls
+            under the process-wide lock, counted and classified), chunking (at most 16 questions a call, greedy),
+            invalid (the one 422 type), waiting and locks (the lock's wait, given up when the client goes or the
+            drain stops the queue), triton and http1 (Triton over our own HTTP/1.1 connections), watch (the
+            model's liveness: pings, and reloads when its process died)
+errors      the error envelope, the public errors, the one failure type of a call (Failure on wire.Kind) (pure)
+drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
+gone        a request whose client went away is not scored (ClientWatch), 499
+context     the request's id and usage, in ContextVars the middleware, the logs and the services share
+settings    configuration from INTERN_DECISION_* (validated, fail closed)
+metrics     the Prometheus series, served on a port of their own                                    (I/O)
+logs        JSON log lines, the request id on every one                                              (pure)
 openapi.json  the surface's OpenAPI document, served at /openapi.json
 """

@@ -4,8 +4,8 @@
 Starlette's last-resort 500); the System One paths also follow TypeSafe's conventions (shim/systemone/
 conventions.py).
 
-create_app only wires the parts together: the routes' handlers (shim/semif.py, shim/systemone/, shim/health.py),
-the error handlers (shim/handlers.py) and the middleware stand in modules of their own.
+create_app only wires the parts together: the routes' handlers (shim/semif/, shim/systemone/, shim/health.py),
+the error handlers (shim/handlers.py) and the edge's middlewares (shim/edge/) stand in modules of their own.
 """
 from __future__ import annotations
 
@@ -22,31 +22,36 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from .calls import CallRunner
-from .access import AccessLog
 from .drain import Drain
-from .framing import CloseUnread, TransferEncodingGuard
+from .edge.access import AccessLog
+from .edge.admission import Admission
+from .edge.auth import BearerAuth
+from .edge.body import BodyReader, KnownEncoding
+from .edge.draining import RefuseWhileDraining
+from .edge.framing import CloseUnread, TransferEncodingGuard
+from .edge.request_id import RequestId
+from .edge.tokens import AcceptedTokens
 from .gone import ClientWatch
 from .handlers import EXCEPTION_HANDLERS
 from .health import HealthCheck, health_route
 from .metrics import ShimMetrics
-from .middleware import PostGuard, RequestId
-from .model import Model
-from .service import DecisionService
+from .port.calls import CallRunner
+from .port.model import Model
+from .port.triton import TritonModel
+from .port.watch import ModelWatch
+from .semif.routes import semif_routes
+from .semif.service import DecisionService
 from .settings import ShimSettings
-from .semif import semif_routes
-from .systemone.routes import systemone_routes
 from .systemone.conventions import SystemOneConventions
+from .systemone.routes import systemone_routes
 from .systemone.service import SystemOneService
-from .triton import TritonModel
-from .watch import ModelWatch
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 
 class ShimApp(Starlette):
     """Starlette with the request id and the access line outside its ServerErrorMiddleware, so that even an
-    unexpected exception's 500 carries the id and is counted; inside them the request's framing (shim/framing.py):
+    unexpected exception's 500 carries the id and is counted; inside them the request's framing (shim/edge/framing.py):
     a Transfer-Encoding other than chunked refused, a response before the body's end closing the connection."""
 
     def __init__(self, *, metrics: ShimMetrics, typesafe_prefixes: tuple[str, ...], **kwargs: Any):
@@ -119,11 +124,15 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
             openapi_route(openapi),
             *([Route(MCP_PATH, mcp, methods=["POST"])] if mcp is not None else []),
         ],
-        middleware=[Middleware(PostGuard, api_token=settings.api_token, max_queue=settings.max_queue,
-                               max_body_bytes=settings.max_body_bytes,
-                               body_timeout_seconds=settings.body_timeout_seconds,
-                               api_token_next=settings.api_token_next, drain=drain,
+        # The contract's order for a POST: 401, 503 draining, 415, 429, then the body (413, 408, 422); each refusal
+        # from the headers alone until admitted, so a refused request never takes a slot nor has its body read.
+        middleware=[Middleware(BearerAuth, tokens=AcceptedTokens(settings.api_token, settings.api_token_next),
                                authenticated_paths=frozenset({"/v1/models", MCP_PATH})),
+                    Middleware(RefuseWhileDraining, drain=drain),
+                    Middleware(KnownEncoding),
+                    Middleware(Admission, max_queue=settings.max_queue, drain=drain),
+                    Middleware(BodyReader, max_body_bytes=settings.max_body_bytes,
+                               body_timeout_seconds=settings.body_timeout_seconds),
                     Middleware(ClientWatch)],
         metrics=metrics,
         typesafe_prefixes=("/v1/",),

@@ -4,7 +4,7 @@ At SIGTERM /health answers 503 `draining` at once, so the balancer (HAProxy's ch
 the replica out. New POSTs are still admitted for `announce_seconds`, the time the balancer needs to notice:
 refusing them at once would fail the requests it sends in that window (HAProxy retries a connection failure only,
 never an answer). After it, a new POST is 503 `draining` with Retry-After and `Connection: close`, and so is every
-admitted request still waiting for the inference lock (shim/waiting.py): only the one holding it finishes, so the
+admitted request still waiting for the inference lock (shim/port/waiting.py): only the one holding it finishes, so the
 drain lasts DRAIN_SECONDS plus one request, never the sum of the queue. The shim exits once the announcement is over
 and no admitted request is left; Triton, started first, outlives it.
 
@@ -23,7 +23,7 @@ class Drain:
         self._announce_seconds = announce_seconds
         self._clock = clock
         self._began_at: float | None = None
-        self.admitted = 0  # POSTs admitted and not yet answered, counted by the POST guard
+        self.admitted = 0  # POSTs admitted and not yet answered, counted by admission (shim/edge/admission.py)
         self.stops_queue = asyncio.Event()  # set by tick() once refusing: the requests waiting for the lock give up
 
     @property

@@ -17,7 +17,7 @@ class PublicError(NamedTuple):
 
 
 UNAVAILABLE = PublicError(502, "model_unavailable")
-# The refusals of a POST before it reaches the app (shim/middleware.py), in the order they are checked.
+# The refusals of a POST before it reaches the app (shim/edge/: auth, drain, encoding, admission, body), in the order they are checked.
 UNAUTHORIZED = PublicError(401, "unauthorized")
 UNSUPPORTED_MEDIA_TYPE = PublicError(415, "unsupported_media_type")
 BUSY = PublicError(429, "busy")
@@ -33,7 +33,7 @@ HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large")
 # A request on a connection beyond MAX_CONNECTIONS (shim/server.py), answered and closed.
 TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections")
-# A Transfer-Encoding other than chunked alone (shim/framing.py).
+# A Transfer-Encoding other than chunked alone (shim/edge/framing.py).
 UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding")
 # Seconds a 429 or a draining 503 asks the caller to wait (Retry-After).
 RETRY_AFTER_SECONDS = 1

@@ -1,6 +1,6 @@
 """A request whose client went away before it reached the model is not scored (one already scoring finishes).
 
-ClientWatch, pure ASGI middleware inside the POST guard, passes the body on and then keeps reading the request's
+ClientWatch, pure ASGI middleware inside the body reader (shim/edge/body.py), passes the body on and then keeps reading the request's
 channel in the background: the server sends `http.disconnect` there when the client closes the connection. The
 service waits for the inference lock (INV-2) through `acquire_unless_gone`, which gives up when the client goes
 while it waits and checks once more when it has the lock. A gone client's request therefore never costs a call,
@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import ApiError
-from .locks import acquire_unless
+from .port.locks import acquire_unless
 
 # The status of a request whose client went away: logged, never seen by anyone (there is no one to answer).
 CLIENT_WENT_AWAY = 499

@@ -8,8 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from .errors import HTTP_CODES, INVALID, SCORING_FAILED, ApiError, Failure, ModelFailure, envelope
-from .systemone.request import SystemOneInvalid
-from .validation import InvalidRequest
+from .port.invalid import InvalidRequest
 
 log = logging.getLogger("intern_decision.shim")
 
@@ -17,12 +16,9 @@ log = logging.getLogger("intern_decision.shim")
 def error_body(exc: ApiError | InvalidRequest) -> dict:
     """The envelope for an error the app raises, with its 422 detail when it has one; the MCP tools' failures carry
     the same body (shim/systemone/mcp.py)."""
-    if isinstance(exc, ApiError):
-        body, detail = envelope(exc.code, exc.message), exc.detail
-    else:
-        body, detail = envelope(INVALID.code, str(exc)), exc.detail if isinstance(exc, SystemOneInvalid) else None
-    if detail is not None:
-        body["detail"] = detail
+    body = envelope(exc.code, exc.message) if isinstance(exc, ApiError) else envelope(INVALID.code, str(exc))
+    if exc.detail is not None:
+        body["detail"] = exc.detail
     return body
 
 

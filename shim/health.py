@@ -1,7 +1,7 @@
 """GET /health: whether the model is usable, from what the shim already knows, and the model_up gauge.
 
 A background loop (keep_checking, every MODEL_CHECK_SECONDS) reads Triton's readiness and the model's facts; the
-watch (shim/watch.py) knows at once when an inference or a ping found the model down. /health answers from those
+watch (shim/port/watch.py) knows at once when an inference or a ping found the model down. /health answers from those
 two and costs Triton nothing of its own: the watch's verdict first (503 at once), then the loop's last check. Only
 an app run without its lifespan, so without the loop (the unit tests' ASGI transport), checks when asked, one check
 at a time however many callers ask.
@@ -25,16 +25,16 @@ from wire.facts import ModelFacts
 from .drain import Drain
 from .errors import DRAINING, UNAVAILABLE, ApiError, envelope
 from .metrics import ShimMetrics
-from .model import Model
-from .planning import CHUNKING, MAX_QUESTIONS_PER_CALL
+from .port.model import Model
+from .port.chunking import CHUNKING, MAX_QUESTIONS_PER_CALL
 from .settings import ShimSettings
-from .watch import ModelWatch
+from .port.watch import ModelWatch
 
 log = logging.getLogger("intern_decision.shim")
 
 FACTS_TTL_SECONDS = 5.0
 MODEL_CHECK_SECONDS = 5.0  # how often Triton's readiness and the facts are read, whether /health is called or not
-# What precedes an exception's text in the shim's reasons (shim/triton.py): public_reason keeps the words, not it.
+# What precedes an exception's text in the shim's reasons (shim/port/triton.py): public_reason keeps the words, not it.
 DETAIL_MARKS = ("did not answer: ", "cannot be read: ")
 
 

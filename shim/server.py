@@ -6,8 +6,8 @@ may trickle in (each byte restarts no deadline of ours but cancels the keep-aliv
 are open: a client could hold connections open forever, or make the server buffer megabytes, before the app ever
 sees a request. This protocol adds those bounds (settings: HEADER_TIMEOUT_SECONDS, BODY_TIMEOUT_SECONDS,
 MAX_CONNECTIONS), each an overall deadline or count, never one per byte. Once the headers are complete the app's
-own limits apply (shim/middleware.py: auth, admission, BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES), and a response sent
-before the body was read closes the connection (shim/framing.py).
+own limits apply (shim/edge/: auth, admission, BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES), and a response sent
+before the body was read closes the connection (shim/edge/framing.py).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from .settings import ShimSettings
 KEEP_ALIVE_SECONDS = 5  # idle time allowed between requests on one connection (uvicorn's timeout_keep_alive)
 MAX_HEADER_BYTES = 64 * 1024  # the request line and headers together
 # The server's deadline for a body comes this long after BODY_TIMEOUT_SECONDS, so that an admitted POST's own 408
-# (shim/middleware.py, counted from admission) is answered first; the server's cuts what the app does not read.
+# (shim/edge/body.py, counted from admission) is answered first; the server's cuts what the app does not read.
 BODY_GRACE_SECONDS = 1.0
 
 
@@ -151,7 +151,7 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
 
 def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uvicorn.Config:
     """uvicorn's access log is off: it would record query strings (a token pasted into a URL among them); the shim
-    writes its own access line (shim/access.py), with the route and never the query. The connections' limits are
+    writes its own access line (shim/edge/access.py), with the route and never the query. The connections' limits are
     the app's settings' (ConnectionLimits.of)."""
     logging = {} if log_config is None else {"log_config": log_config}
     settings = getattr(getattr(app, "state", None), "settings", None)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from wire.facts import ModelFacts
 
-from ..planning import MAX_QUESTIONS_PER_CALL
+from ..port.chunking import MAX_QUESTIONS_PER_CALL
 from ..settings import ShimSettings
 from .request import MAX_OPTIONS
 

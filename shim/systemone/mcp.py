@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 from .. import context
 from ..errors import ApiError
 from ..handlers import error_body
-from ..validation import InvalidRequest
+from ..port.invalid import InvalidRequest
 from .service import SystemOneService
 
 SERVER_NAME = "intern-decision-serve"

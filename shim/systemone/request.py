@@ -13,8 +13,8 @@ from typing import Any
 
 from wire.answer import CHOICE, NOUL, SCORE
 
-from ..planning import MAX_QUESTIONS_PER_CALL
-from ..validation import InvalidRequest
+from ..port.chunking import MAX_QUESTIONS_PER_CALL
+from ..port.invalid import InvalidRequest
 
 MAX_OPTIONS = 62  # the checkpoint's answer symbols
 OPTIONS_BOUND = "the checkpoint's single-token answer symbols; TypeSafe takes up to 255"

@@ -1,14 +1,14 @@
 """System One requests and batches: checked whole before any model work, each request's calls run back to back
-under the lock as one inference request (shim/calls.py), the first failure failing the whole request or batch."""
+under the lock as one inference request (shim/port/calls.py), the first failure failing the whole request or batch."""
 from __future__ import annotations
 
 from typing import Any
 
-from ..calls import CallRunner
+from ..port.calls import CallRunner
 from ..context import note_usage
 from ..errors import RETRY_AFTER_SECONDS, ModelFailure
 from ..health import FactsCache
-from ..planning import chunks
+from ..port.chunking import chunks
 from ..settings import ShimSettings
 from .answers import predict_request, question_numbers, response_body
 from .catalog import Catalog, models_body

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import math
 
-from shim.model import Probe
-from shim.triton import read_answer
+from shim.port.model import Probe
+from shim.port.triton import read_answer
 from wire import strict_json
 from wire.answer import CallAnswer
 from wire.facts import ModelFacts

@@ -3,7 +3,7 @@ import asyncio
 
 import pytest
 
-from shim.http1 import Http1Connection
+from shim.port.http1 import Http1Connection
 
 
 async def serve(handler):

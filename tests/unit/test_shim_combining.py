@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from shim.combining import LOG_FLOOR, averaged_result, ordering_result
+from shim.semif.answers import LOG_FLOOR, averaged_result, ordering_result
 from shim.errors import IncompleteAnswer
-from shim.planning import plan
-from shim.validation import Decision, Option
+from shim.semif.plan import plan
+from shim.semif.request import Decision, Option
 from wire.answer import CallAnswer
 
 DECISION = Decision("d", "which?", (Option("x", "X"), Option("y", "Y"), Option("z", "Z")), "rotations")

@@ -8,8 +8,8 @@ import tracemalloc
 import pytest
 from backports import zstd
 
-from shim import encoding as encoding_module
-from shim.encoding import (IN_SLICE, MAX_MEMBERS, OUT_SLICE, BodyDecoder, BodyTooLarge, UndecodableBody,
+from shim.edge import encoding as encoding_module
+from shim.edge.encoding import (IN_SLICE, MAX_MEMBERS, OUT_SLICE, BodyDecoder, BodyTooLarge, UndecodableBody,
                            UnsupportedEncoding, content_encoding)
 
 BODY = b'{"state": "' + b"x" * 50_000 + b'"}'

@@ -2,7 +2,7 @@
 import pytest
 
 from shim.errors import from_triton
-from shim.triton import facts_from_metrics
+from shim.port.triton import facts_from_metrics
 
 
 @pytest.mark.parametrize("status, message, expected", [

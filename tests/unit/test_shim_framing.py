@@ -1,12 +1,13 @@
-"""The request's framing (shim/framing.py), in process: a response before the body was read closes the connection,
-one after it does not; a Transfer-Encoding other than chunked alone is 501 in the envelope."""
+"""The request's framing (shim/edge/framing.py), in process: a response before the body was read closes the
+connection, one after it does not; a Transfer-Encoding other than chunked alone is 501 in the envelope."""
 from __future__ import annotations
 
 import httpx
 import pytest
+from starlette.datastructures import Headers
 
 from shim.app import create_app
-from shim.framing import has_body, transfer_codings
+from shim.edge.framing import has_body, transfer_codings
 
 from .fake_model import FakeModel
 from .shim_helpers import AUTH, decide_body, make_settings
@@ -42,6 +43,8 @@ async def test_a_transfer_encoding_other_than_chunked_alone_is_501(client, codin
 
 
 def test_codings_and_bodies_read_from_the_headers():
-    assert transfer_codings([(b"transfer-encoding", b"GZIP , chunked"), (b"x", b"y")]) == [b"gzip", b"chunked"]
-    assert has_body([(b"content-length", b"12")]) and has_body([(b"transfer-encoding", b"chunked")])
-    assert not has_body([(b"content-length", b"0")]) and not has_body([])
+    assert transfer_codings(Headers(raw=[(b"transfer-encoding", b"GZIP , chunked"), (b"x", b"y")])) == ["gzip",
+                                                                                                      "chunked"]
+    assert has_body(Headers(raw=[(b"content-length", b"12")])) and has_body(Headers(raw=[(b"transfer-encoding",
+                                                                                          b"chunked")]))
+    assert not has_body(Headers(raw=[(b"content-length", b"0")])) and not has_body(Headers(raw=[]))

@@ -9,8 +9,14 @@ import json
 import pytest
 from backports import zstd
 
-from shim.middleware import PostGuard, bearer_matches, declared_length
-from shim.tokens import AcceptedTokens
+from starlette.datastructures import Headers
+
+from shim.drain import Drain
+from shim.edge.admission import Admission
+from shim.edge.auth import BearerAuth
+from shim.edge.body import BodyReader, KnownEncoding, declared_length
+from shim.edge.draining import RefuseWhileDraining
+from shim.edge.tokens import AcceptedTokens, bearer_matches
 
 pytestmark = pytest.mark.anyio
 TOKEN = "k" * 40
@@ -67,9 +73,28 @@ class EchoApp:
         await send({"type": "http.response.body", "body": str(len(message["body"])).encode()})
 
 
-def guard(app, max_queue=2, max_body=100, body_timeout=5.0) -> PostGuard:
-    return PostGuard(app, api_token=TOKEN, max_queue=max_queue, max_body_bytes=max_body,
-                     body_timeout_seconds=body_timeout)
+class Edge:
+    """The edge's middlewares in create_app's order around `app`; in_progress is the admitted requests' count."""
+
+    def __init__(self, app, max_queue: int, max_body: int, body_timeout: float):
+        self._drain = Drain(0.0)
+        self._stack = BearerAuth(RefuseWhileDraining(KnownEncoding(Admission(
+            BodyReader(app, max_body, body_timeout), max_queue, self._drain)), self._drain), AcceptedTokens(TOKEN))
+
+    async def __call__(self, scope, receive, send):
+        await self._stack(scope, receive, send)
+
+    @property
+    def in_progress(self) -> int:
+        return self._drain.admitted
+
+
+def guard(app, max_queue=2, max_body=100, body_timeout=5.0) -> Edge:
+    return Edge(app, max_queue, max_body, body_timeout)
+
+
+def raw(headers: list[tuple[bytes, bytes]]) -> Headers:
+    return Headers(raw=headers)
 
 
 async def test_a_body_within_the_limit_reaches_the_app_whole():
@@ -232,19 +257,19 @@ async def test_a_client_gone_while_sending_frees_its_slot_without_an_answer():
     [b"Bearer " + TOKEN.encode(), b"Bearer wrong"],
 ])
 def test_two_authorization_headers_are_never_guessed_between(values):
-    assert not bearer_matches([(b"authorization", value) for value in values], AcceptedTokens(TOKEN))
+    assert not bearer_matches(raw([(b"authorization", value) for value in values]), AcceptedTokens(TOKEN))
 
 
 def test_bearer_parsing():
     token, tokens = TOKEN.encode(), AcceptedTokens(TOKEN)
-    assert bearer_matches([(b"authorization", b"Bearer " + token)], tokens)
-    assert bearer_matches([(b"authorization", b"BEARER " + token)], tokens)
-    assert not bearer_matches([(b"authorization", b"Bearer " + token[:-1])], tokens)
-    assert not bearer_matches([(b"authorization", b"Token " + token)], tokens)
-    assert not bearer_matches([], tokens)
-    assert bearer_matches([(b"authorization", b"  Bearer   " + token + b"  ")], tokens)
-    assert not bearer_matches([(b"authorization", b"Bearer" + token)], tokens)
-    assert not bearer_matches([(b"authorization", b"Bearer")], tokens)
-    assert not bearer_matches([(b"authorization", b"Bearer " + token + b" x")], tokens)
-    assert declared_length([(b"content-length", b"42")]) == 42
-    assert declared_length([(b"content-length", b"4 2")]) is None
+    assert bearer_matches(raw([(b"authorization", b"Bearer " + token)]), tokens)
+    assert bearer_matches(raw([(b"authorization", b"BEARER " + token)]), tokens)
+    assert not bearer_matches(raw([(b"authorization", b"Bearer " + token[:-1])]), tokens)
+    assert not bearer_matches(raw([(b"authorization", b"Token " + token)]), tokens)
+    assert not bearer_matches(raw([]), tokens)
+    assert bearer_matches(raw([(b"authorization", b"  Bearer   " + token + b"  ")]), tokens)
+    assert not bearer_matches(raw([(b"authorization", b"Bearer" + token)]), tokens)
+    assert not bearer_matches(raw([(b"authorization", b"Bearer")]), tokens)
+    assert not bearer_matches(raw([(b"authorization", b"Bearer " + token + b" x")]), tokens)
+    assert declared_length(raw([(b"content-length", b"42")])) == 42
+    assert declared_length(raw([(b"content-length", b"4 2")])) is None

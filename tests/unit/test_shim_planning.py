@@ -4,8 +4,10 @@ from collections import Counter
 
 import pytest
 
-from shim.planning import MAX_QUESTIONS_PER_CALL, orderings_of, plan
-from shim.validation import Decision, InvalidRequest, Option
+from shim.port.chunking import MAX_QUESTIONS_PER_CALL
+from shim.semif.plan import orderings_of, plan
+from shim.semif.request import Decision, Option
+from shim.port.invalid import InvalidRequest
 
 
 def decision(decision_id: str, options: int = 2, orderings: str = "none") -> Decision:

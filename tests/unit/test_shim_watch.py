@@ -13,8 +13,8 @@ import pytest
 from shim.app import create_app
 from shim.errors import ApiError, Failure, ModelFailure
 from shim.metrics import ShimMetrics
-from shim.model import Probe
-from shim.watch import RESTART_HINT, ModelWatch
+from shim.port.model import Probe
+from shim.port.watch import RESTART_HINT, ModelWatch
 
 from .fake_model import FakeModel
 from .shim_helpers import AUTH, decide_body, make_settings

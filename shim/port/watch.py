@@ -22,7 +22,7 @@ import logging
 from wire.answer import CallAnswer
 from wire.facts import ModelFacts
 
-from .errors import Failure, ModelFailure
+from ..errors import Failure, ModelFailure
 from .model import Model, Probe
 
 log = logging.getLogger("intern_decision.shim.watch")

@@ -6,11 +6,11 @@ from typing import Any
 
 from wire.answer import CallAnswer
 
-from .calls import CallRunner, Ran
-from .combining import averaged_result, ordering_result
-from .context import note_usage
-from .planning import Call, plan
-from .validation import Decision
+from ..port.calls import CallRunner, Ran
+from .answers import averaged_result, ordering_result
+from ..context import note_usage
+from .plan import Call, plan
+from .request import Decision
 
 
 class DecisionService:

@@ -7,13 +7,11 @@ from typing import Any
 
 from wire import strict_json
 
+from ..port.invalid import InvalidRequest
+
 ORDERINGS = ("none", "rotations", "all")
 MIN_OPTIONS, MAX_OPTIONS = 2, 16
 MAX_OPTIONS_FOR_ALL = 4
-
-
-class InvalidRequest(ValueError):
-    """422 invalid_request."""
 
 
 @dataclass(frozen=True)

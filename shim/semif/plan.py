@@ -7,28 +7,16 @@ in request order into calls of at most 16 questions. Calls are numbered in the o
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from .validation import Decision, InvalidRequest, Option
-
-T = TypeVar("T")
-
-MAX_QUESTIONS_PER_CALL = 16
-CHUNKING = ("greedy in request order: questions 1-16 form the first call, 17-32 the next, and so on; with "
-            "orderings, ordering k of every decision that has more than k orderings forms wave k, each wave is "
-            "packed the same way and the waves run one after another; a call with one question uses field q, "
-            "a call with several uses q1..qN")
+from ..port.chunking import chunks
+from ..port.invalid import InvalidRequest
+from .request import Decision, Option
 
 
 def orderings_of(decision: Decision) -> list[tuple[Option, ...]]:
     return decision.option_orders
-
-
-def chunks(items: Sequence[T]) -> list[Sequence[T]]:
-    """Greedy in request order: items 1-16 form the first call, 17-32 the next, and so on."""
-    return [items[start:start + MAX_QUESTIONS_PER_CALL] for start in range(0, len(items), MAX_QUESTIONS_PER_CALL)]
 
 
 @dataclass(frozen=True)

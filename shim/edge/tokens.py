@@ -5,29 +5,31 @@ from __future__ import annotations
 
 import hmac
 
+from starlette.datastructures import Headers
+
+_WHITESPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() strips: str.strip() would strip more (\x85, \xa0)
+
 
 class AcceptedTokens:
     def __init__(self, current: str, upcoming: str | None = None):
         self._tokens = tuple(token.encode("ascii") for token in (current, upcoming) if token)
-
-    def __len__(self) -> int:
-        return len(self._tokens)
 
     def match(self, credentials: bytes) -> bool:
         matches = [hmac.compare_digest(credentials, token) for token in self._tokens]
         return any(matches)
 
 
-def bearer_credentials(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+def bearer_credentials(headers: Headers) -> bytes | None:
     """The credentials of exactly one Authorization header of scheme Bearer (in any case); two headers are never
     guessed between."""
-    values = [value for name, value in headers if name == b"authorization"]
+    values = headers.getlist("authorization")
     if len(values) != 1:
         return None
-    scheme, _, credentials = values[0].strip().partition(b" ")
-    return credentials.strip() if scheme.lower() == b"bearer" else None
+    scheme, _, credentials = values[0].strip(_WHITESPACE).partition(" ")
+    # Headers decode as latin-1: encoding back gives the bytes sent, which compare_digest takes whatever they are.
+    return credentials.strip(_WHITESPACE).encode("latin-1") if scheme.lower() == "bearer" else None
 
 
-def bearer_matches(headers: list[tuple[bytes, bytes]], tokens: AcceptedTokens) -> bool:
+def bearer_matches(headers: Headers, tokens: AcceptedTokens) -> bool:
     credentials = bearer_credentials(headers)
     return credentials is not None and tokens.match(credentials)

@@ -1,7 +1,7 @@
 """Request bodies sent with a Content-Encoding (gzip or zstd), decoded as they arrive, never past a limit, in time
 linear in the bytes sent and in bounded steps.
 
-The limit applies to the decoded bytes (the POST guard bounds the bytes sent as well, shim/middleware.py), and no
+The limit applies to the decoded bytes (the body reader bounds the bytes sent as well, shim/edge/body.py), and no
 decoder is ever asked for more than what is left of it plus one byte, so a small body that inflates past the limit
 costs no more memory than the limit. A decompressor is given at most IN_SLICE bytes and asked for at most OUT_SLICE
 bytes at once, and `steps` yields after each such piece, so that its caller can let the event loop run between them.

@@ -2,7 +2,7 @@
 
 tritonclient builds and parses the binary KServe v2 bodies; they travel over kept-alive HTTP/1.1 connections of our
 own (http1): one for inferences, one for health, so /health never waits behind an inference, and one for the
-watch's pings (shim/watch.py). A request's calls go to the model as one inference request. The model
+watch's pings (shim/port/watch.py). A request's calls go to the model as one inference request. The model
 facts come from the info gauge on Triton's metrics port, which Triton serves itself. Inference and the model
 repository are restricted APIs: those calls carry the key (INTERN_DECISION_TRITON_API_KEY); readiness is open.
 """
@@ -21,10 +21,10 @@ from wire.env import host_port
 from wire.facts import INFO_METRIC, ModelFacts
 from wire.protocol import DATATYPE, REQUEST, RESPONSE
 
-from .errors import IncompleteAnswer, from_triton, model_unavailable, unreachable
+from ..errors import IncompleteAnswer, from_triton, model_unavailable, unreachable
 from .http1 import Http1Connection
 from .model import Probe
-from .settings import ShimSettings
+from ..settings import ShimSettings
 
 TRANSPORT_ERRORS = (OSError, TimeoutError, httptools.HttpParserError)
 JSON_HEADERS = {"Accept": "application/json"}

@@ -2,7 +2,7 @@
 
 * `Transfer-Encoding` must be `chunked` alone: any other coding (`gzip, chunked` among them) is 501
   `unsupported_transfer_encoding` in the envelope, never a body read as if the coding were not there. A body's
-  compression is `Content-Encoding`'s job (shim/encoding.py).
+  compression is `Content-Encoding`'s job (shim/edge/encoding.py).
 * A response sent before the request's body was read to its end carries `Connection: close`, and uvicorn closes the
   connection once it is sent. A refusal (401, 413, 415, 429, 503 ...) therefore never leaves the connection waiting
   for the rest of a body that nobody reads: neither a balancer in front of the shim nor a client trickling bytes
@@ -10,26 +10,26 @@
 """
 from __future__ import annotations
 
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import UNSUPPORTED_TRANSFER_ENCODING, envelope
+from ..errors import UNSUPPORTED_TRANSFER_ENCODING, envelope
 
-CHUNKED = b"chunked"
+CHUNKED = "chunked"
+_WHITESPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() strips: str.strip() would strip more (\x85, \xa0)
 
 
-def transfer_codings(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
+def transfer_codings(headers: Headers) -> list[str]:
     """The codings named by the Transfer-Encoding headers, in order, lower case."""
-    return [token.strip().lower() for name, value in headers if name == b"transfer-encoding"
-            for token in value.split(b",") if token.strip()]
+    return [token.strip(_WHITESPACE).lower() for value in headers.getlist("transfer-encoding")
+            for token in value.split(",") if token.strip(_WHITESPACE)]
 
 
-def has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+def has_body(headers: Headers) -> bool:
     """Whether the request says a body follows: a Transfer-Encoding, or a Content-Length other than 0."""
-    for name, value in headers:
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"0", b"")):
-            return True
-    return False
+    return "transfer-encoding" in headers or any(value.strip(_WHITESPACE) not in ("0", "")
+                                                 for value in headers.getlist("content-length"))
 
 
 class TransferEncodingGuard:
@@ -38,9 +38,9 @@ class TransferEncodingGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            codings = transfer_codings(scope["headers"])
+            codings = transfer_codings(Headers(scope=scope))
             if codings and codings != [CHUNKED]:
-                named = b", ".join(codings).decode("latin-1")
+                named = ", ".join(codings)
                 response = JSONResponse(
                     envelope(UNSUPPORTED_TRANSFER_ENCODING.code,
                              f"Transfer-Encoding {named} is not supported; send chunked alone (a compressed body: "
@@ -56,7 +56,7 @@ class CloseUnread:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not has_body(scope["headers"]):
+        if scope["type"] != "http" or not has_body(Headers(scope=scope)):
             await self.app(scope, receive, send)
             return
         read_whole = False
@@ -70,9 +70,8 @@ class CloseUnread:
 
         async def send_closing_unless_read(message: Message) -> None:
             if message["type"] == "http.response.start" and not read_whole:
-                headers = [(name, value) for name, value in message.get("headers", [])
-                           if name.lower() != b"connection"]
-                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+                message.setdefault("headers", [])  # optional in ASGI
+                MutableHeaders(scope=message)["Connection"] = "close"
             await send(message)
 
         await self.app(scope, receive_noting_the_end, send_closing_unless_read)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from .drain import Drain
-from .errors import DRAINING, RETRY_AFTER_SECONDS, ApiError
-from .gone import client_gone_event, gone_error
+from ..drain import Drain
+from ..errors import DRAINING, RETRY_AFTER_SECONDS, ApiError
+from ..gone import client_gone_event, gone_error
 from .locks import acquire_unless
 
 

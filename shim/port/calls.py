@@ -1,5 +1,5 @@
 """A request's calls, sent to the model back to back under the process-wide lock (INV-2), counted and classified.
-The wait for the lock ends early when the client goes, or when a drain stops the queue (shim/waiting.py)."""
+The wait for the lock ends early when the client goes, or when a drain stops the queue (shim/port/waiting.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,10 +8,10 @@ from typing import NamedTuple
 
 from wire.answer import CallAnswer
 
-from .drain import Drain
-from .errors import ModelFailure
-from .gone import ClientGone
-from .metrics import ShimMetrics
+from ..drain import Drain
+from ..errors import ModelFailure
+from ..gone import ClientGone
+from ..metrics import ShimMetrics
 from .model import Model
 from .waiting import acquire
 

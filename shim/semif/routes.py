@@ -7,7 +7,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from .service import DecisionService
-from .validation import decide_body, parse_json, shared_body
+from .request import decide_body, parse_json, shared_body
 
 
 def semif_routes(service: DecisionService) -> list[Route]:

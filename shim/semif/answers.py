@@ -5,9 +5,9 @@ import math
 
 from wire.answer import AnswerUnreadable, CallAnswer, ChoiceAnswer
 
-from .errors import IncompleteAnswer
-from .planning import Call, Slot
-from .validation import Decision
+from ..errors import IncompleteAnswer
+from .plan import Call, Slot
+from .request import Decision
 
 READOUT = ("intern-decision: softmax over the answer-symbol logits before each <decision> marker, "
            "temperature-scaled by the checkpoint's inference.py")

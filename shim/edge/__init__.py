@@ -1,0 +1,14 @@
+"""What happens to a request before any route: pure ASGI middleware, one concern each, knowing no route prefix,
+ordered in shim/app.py. For a POST, in the contract's order: auth (401), draining (503), body's KnownEncoding
+(415), admission (429), then body's BodyReader (413, 408, 422), all from the headers alone until admitted.
+
+request_id  X-Request-Id on every response, and the request's ContextVar
+access      one access line and the request series per request
+framing     Transfer-Encoding other than chunked refused; an answer before the body's end closes the connection
+auth        the bearer token (tokens: API_TOKEN and API_TOKEN_NEXT, compared in constant time)
+draining    a new POST once the drain refuses
+admission   at most MAX_QUEUE POSTs queued or scoring
+body        the Content-Encoding known, the body read within MAX_BODY_BYTES and BODY_TIMEOUT_SECONDS, decoded
+            (encoding: gzip and zstd within the limit, in bounded steps) and replayed to the app
+refusal     a refusal in the envelope
+"""

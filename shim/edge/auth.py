@@ -1,0 +1,25 @@
+"""The bearer token (401), from the headers alone, so an unauthenticated request never takes a queue slot nor has its
+body read: every POST needs it, and so do the paths create_app names whatever the method; no other GET does."""
+from __future__ import annotations
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import UNAUTHORIZED
+from .refusal import refuse
+from .tokens import AcceptedTokens, bearer_matches
+
+
+class BearerAuth:
+    def __init__(self, app: ASGIApp, tokens: AcceptedTokens, authenticated_paths: frozenset[str] = frozenset()):
+        self.app = app
+        self._tokens = tokens
+        self._authenticated_paths = authenticated_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] == "http" and (scope["method"] == "POST" or scope["path"] in self._authenticated_paths)
+                and not bearer_matches(Headers(scope=scope), self._tokens)):
+            await refuse(scope, receive, send, UNAUTHORIZED, "missing or wrong bearer token",
+                         {"WWW-Authenticate": "Bearer"})
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,119 @@
+"""A POST's body, read at the edge so the app gets it whole, decoded and within the limits; two middlewares, since
+admission (shim/edge/admission.py) stands between them:
+
+- KnownEncoding: a Content-Encoding other than identity, gzip or zstd is 415, from the headers alone;
+- BodyReader, once admitted: the body (413) decoded (shim/edge/encoding.py) and counted as it arrives, chunked
+  bodies included; the limit is on the bytes sent and, for gzip and zstd, on the decoded bytes too. A declared
+  Content-Length is trusted only when it is ASCII digits, and then refuses early, whatever the encoding. Decoding
+  runs in bounded steps with the event loop free between them. The whole body must arrive within
+  BODY_TIMEOUT_SECONDS of admission, else 408 and the connection is closed: a slow client cannot hold a queue slot;
+  a body that is not a whole stream of its encoding (or holds more than MAX_MEMBERS members or frames) is 422. The
+  app gets the decoded body replayed; a client gone while sending gets nothing and never reaches it.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import INVALID, REQUEST_TIMEOUT, TOO_LARGE, UNSUPPORTED_MEDIA_TYPE
+from .encoding import IDENTITY, BodyDecoder, BodyTooLarge, UndecodableBody, UnsupportedEncoding, content_encoding
+from .refusal import refuse
+
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+def _is_post(scope: Scope) -> bool:
+    return scope["type"] == "http" and scope["method"] == "POST"
+
+
+def declared_length(headers: Headers) -> int | None:
+    value = headers.get("content-length")
+    return int(value) if value is not None and _ASCII_DIGITS.fullmatch(value) else None
+
+
+class KnownEncoding:
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _is_post(scope):
+            try:
+                content_encoding(Headers(scope=scope).getlist("content-encoding"))
+            except UnsupportedEncoding as exc:
+                await refuse(scope, receive, send, UNSUPPORTED_MEDIA_TYPE, str(exc))
+                return
+        await self.app(scope, receive, send)
+
+
+class BodyReader:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_seconds: float):
+        self.app = app
+        self._max_body = max_body_bytes
+        self._body_timeout = body_timeout_seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not _is_post(scope):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        encoding = content_encoding(headers.getlist("content-encoding"))  # a known one: KnownEncoding refused others
+        try:
+            async with asyncio.timeout(self._body_timeout):
+                body = await self._read(receive, encoding, declared_length(headers))
+        except TimeoutError:
+            await refuse(scope, receive, send, REQUEST_TIMEOUT,
+                         f"the body did not arrive within {self._body_timeout:g} s (BODY_TIMEOUT_SECONDS)",
+                         {"Connection": "close"})
+            return
+        except BodyTooLarge as exc:
+            await refuse(scope, receive, send, TOO_LARGE,
+                         f"the body is larger than {self._max_body} bytes{_how(encoding, exc)} (MAX_BODY_BYTES)")
+            return
+        except UndecodableBody as exc:
+            await refuse(scope, receive, send, INVALID, str(exc))
+            return
+        if body is not None:
+            await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, receive: Receive, encoding: str, declared: int | None) -> bytes | None:
+        """The whole body decoded, or None when the client went away; BodyTooLarge past MAX_BODY_BYTES, sent or
+        decoded."""
+        if declared is not None and declared > self._max_body:
+            raise BodyTooLarge(sent=True)
+        decoder = BodyDecoder(encoding, self._max_body)
+        sent = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            sent += len(chunk)
+            if sent > self._max_body:
+                raise BodyTooLarge(sent=True)
+            for _ in decoder.steps(chunk):
+                await asyncio.sleep(0)  # the event loop runs between the decoder's steps
+            if not message.get("more_body", False):
+                return decoder.body()
+
+
+def _how(encoding: str, exc: BodyTooLarge) -> str:
+    """Which bytes were too many, for a body sent with an encoding."""
+    if encoding == IDENTITY:
+        return ""
+    return f" as sent, before its {encoding} is decoded" if exc.sent else f" once its {encoding} is decoded"
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,0 +1,22 @@
+"""A new POST on a shim whose drain refuses (shim/drain.py): 503 draining with Retry-After, and the connection
+closed so the client's next request opens one to another replica."""
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..drain import Drain
+from ..errors import DRAINING, RETRY_AFTER_SECONDS
+from .refusal import refuse
+
+
+class RefuseWhileDraining:
+    def __init__(self, app: ASGIApp, drain: Drain):
+        self.app = app
+        self._drain = drain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and self._drain.refusing:
+            await refuse(scope, receive, send, DRAINING, "this replica is shutting down; retry (another replica)",
+                         {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"})
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,12 @@
+"""An edge middleware's refusal: the envelope, its status and headers, sent before the app is reached."""
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from ..errors import PublicError, envelope
+
+
+async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError, message: str,
+                 headers: dict[str, str] | None = None) -> None:
+    await JSONResponse(envelope(error.code, message), status_code=error.status, headers=headers)(scope, receive, send)

@@ -1,0 +1,100 @@
+"""The shape of the code, read from its imports: the shim's two surfaces are siblings that only the app assembles,
+the edge and the model port know no surface, nothing imports in a cycle, and the shim and the model side meet only
+in wire/."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SURFACES = ("shim.semif", "shim.systemone")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The modules `path` imports, anywhere in it (a lazy import counts), resolved to absolute names."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from . import context` is a module
+    return found
+
+
+def graph(top: str) -> dict[str, set[str]]:
+    modules = {module_name(path): path for path in (ROOT / top).rglob("*.py")}
+    return {name: {imported for imported in imports_of(path) if imported in modules and imported != name}
+            for name, path in modules.items()}
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+SHIM = graph("shim")
+
+
+def test_the_graph_is_read():
+    assert {"shim.app", "shim.semif.service", "shim.systemone.service", "shim.port.calls"} <= set(SHIM)
+    assert "shim.port.calls" in SHIM["shim.semif.service"] and "shim.port.calls" in SHIM["shim.systemone.service"]
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+def test_a_surface_is_imported_only_by_itself_and_the_app(surface):
+    users = {name for name, imported in SHIM.items() if any(within(target, surface) for target in imported)}
+    assert {name for name in users if not within(name, surface)} == {"shim.app"}
+
+
+@pytest.mark.parametrize("surface, sibling", [SURFACES, SURFACES[::-1]])
+def test_no_surface_imports_its_sibling(surface, sibling):
+    assert not [(name, target) for name, imported in SHIM.items() if within(name, surface)
+                for target in imported if within(target, sibling)]
+
+
+@pytest.mark.parametrize("layer", ["shim.port", "shim.edge"])
+def test_the_port_and_the_edge_know_no_surface_and_not_each_other(layer):
+    other = {"shim.port": "shim.edge", "shim.edge": "shim.port"}[layer]
+    above = (*SURFACES, "shim.app", "shim.server", "shim.handlers", "shim.health", other)
+    assert not [(name, target) for name, imported in SHIM.items() if within(name, layer)
+                for target in imported if any(within(target, upper) for upper in above)]
+
+
+@pytest.mark.parametrize("top", ["shim", "intern_decision_model", "wire", "gpucheck", "acceptance", "devstack"])
+def test_no_imports_in_a_cycle(top):
+    modules = graph(top)
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            pytest.fail(f"import cycle: {' -> '.join(path[path.index(name):] + [name])}")
+        if name in done:
+            return
+        for imported in sorted(modules[name]):
+            # a package's __init__ importing its own modules is how a package is read, not a cycle
+            if not within(imported, name):
+                visit(imported, [*path, name])
+        done.add(name)
+
+    for name in sorted(modules):
+        visit(name, [])
+
+
+def test_the_shim_and_the_model_side_meet_only_in_wire():
+    shim = {target for path in (ROOT / "shim").rglob("*.py") for target in imports_of(path)}
+    model = {target for path in (ROOT / "intern_decision_model").rglob("*.py") for target in imports_of(path)}
+    assert not [target for target in shim if within(target, "intern_decision_model")]
+    assert not [target for target in model if within(target, "shim")]
