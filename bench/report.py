@@ -95,6 +95,8 @@ def before_after_section(run: dict) -> list[str]:
     cpu = run["shim_cpu_ms_per_request"]
     lines += ["", f"The shim's CPU per one-question request over {run['cpu_requests']} requests each: before "
               f"{cpu['before']:.2f} ms, after {cpu['after']:.2f} ms.", ""]
+    for note in run.get("notes", []):  # what the run was for and how to read it, written with its results
+        lines += [note, ""]
     return lines
 
 
