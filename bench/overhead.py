@@ -49,9 +49,9 @@ from devstack.shim import ShimServer
 from devstack.triton import MODEL_REPOSITORY, REPO_ROOT, TritonServer
 from shim.port.chunking import chunks
 from shim.semif.plan import plan
+from shim.semif.request import shared_body
 from shim.systemone.answers import predict_request
 from shim.systemone.request import parse_request
-from shim.semif.request import shared_body
 from wire.protocol import DATATYPE, MODEL_NAME, REQUEST, RESPONSE
 
 TOKEN = "benchmark-token-0123456789-abcdefghijklmnop"

@@ -122,7 +122,8 @@ def write_doc() -> None:
     for label in ("before", "after"):
         if label in runs:
             run = runs[label]
-            lines += [f"### {LABELS[label]}", "", f"{run['rounds']} rounds after 2 warm-up rounds, on {run['machine']}.",
+            lines += [f"### {LABELS[label]}", "",
+                      f"{run['rounds']} rounds after 2 warm-up rounds, on {run['machine']}.",
                       ""] + table(run) + [""]
     if "systemone" in runs:
         lines += systemone_section(runs["systemone"])

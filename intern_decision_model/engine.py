@@ -4,8 +4,8 @@ start() runs the contract's startup checks in order and refuses to serve (Startu
 snapshot path and inference.py hash (INV-3), the CUDA device and arch list (INV-3), the VRAM cap before the weights
 load (INV-4), the fast linear-attention kernels on CUDA (unless the slow path is allowed explicitly), a warm-up that
 scores (INV-3), the prompt-hash check (INV-8) and the vision-tower swap (INV-7).
-answer_calls() scores a request's predict() calls under the CallGuard, one after another, and adds the prompt hash, prompt
-version and model facts to each.
+answer_calls() scores a request's predict() calls under the CallGuard, one after another, and adds the prompt hash,
+prompt version and model facts to each.
 The prompt and the readout are always the checkpoint's; nothing here re-implements them.
 """
 from __future__ import annotations

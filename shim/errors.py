@@ -17,7 +17,8 @@ class PublicError(NamedTuple):
 
 
 UNAVAILABLE = PublicError(502, "model_unavailable")
-# The refusals of a POST before it reaches the app (shim/edge/: auth, drain, encoding, admission, body), in the order they are checked.
+# The refusals of a POST before it reaches the app (shim/edge/: auth, drain, encoding, admission, body), in the
+# order they are checked.
 UNAUTHORIZED = PublicError(401, "unauthorized")
 UNSUPPORTED_MEDIA_TYPE = PublicError(415, "unsupported_media_type")
 BUSY = PublicError(429, "busy")

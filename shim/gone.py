@@ -1,10 +1,10 @@
 """A request whose client went away before it reached the model is not scored (one already scoring finishes).
 
-ClientWatch, pure ASGI middleware inside the body reader (shim/edge/body.py), passes the body on and then keeps reading the request's
-channel in the background: the server sends `http.disconnect` there when the client closes the connection. The
-service waits for the inference lock (INV-2) through `acquire_unless_gone`, which gives up when the client goes
-while it waits and checks once more when it has the lock. A gone client's request therefore never costs a call,
-and frees its queue slot at once. Such a request is logged 499 and counted in
+ClientWatch, pure ASGI middleware inside the body reader (shim/edge/body.py), passes the body on and then keeps
+reading the request's channel in the background: the server sends `http.disconnect` there when the client closes the
+connection. The runner waits for the inference lock (INV-2) through shim/port/waiting.py, which gives up when the
+client goes while it waits and checks once more when it has the lock. A gone client's request therefore never costs a
+call, and frees its queue slot at once. Such a request is logged 499 and counted in
 intern_decision_shim_client_gone_total.
 """
 from __future__ import annotations
@@ -16,7 +16,6 @@ from contextvars import ContextVar
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import ApiError
-from .port.locks import acquire_unless
 
 # The status of a request whose client went away: logged, never seen by anyone (there is no one to answer).
 CLIENT_WENT_AWAY = 499
@@ -82,14 +81,3 @@ def client_gone_event() -> asyncio.Event | None:
 
 def gone_error() -> ClientGone:
     return ClientGone(CLIENT_WENT_AWAY, "client_gone", "the client went away before its request reached the model")
-
-
-async def acquire_unless_gone(lock: asyncio.Lock) -> None:
-    """lock.acquire(), unless the request's client goes first (ClientGone, the lock not held). Outside a request
-    watched by ClientWatch, a plain acquire."""
-    gone = client_gone_event()
-    if gone is None:
-        await lock.acquire()
-        return
-    if await acquire_unless(lock, gone) is not None:
-        raise gone_error()

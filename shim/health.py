@@ -25,10 +25,10 @@ from wire.facts import ModelFacts
 from .drain import Drain
 from .errors import DRAINING, UNAVAILABLE, ApiError, envelope
 from .metrics import ShimMetrics
-from .port.model import Model
 from .port.chunking import CHUNKING, MAX_QUESTIONS_PER_CALL
-from .settings import ShimSettings
+from .port.model import Model
 from .port.watch import ModelWatch
+from .settings import ShimSettings
 
 log = logging.getLogger("intern_decision.shim")
 

@@ -22,9 +22,9 @@ from wire.facts import INFO_METRIC, ModelFacts
 from wire.protocol import DATATYPE, REQUEST, RESPONSE
 
 from ..errors import IncompleteAnswer, from_triton, model_unavailable, unreachable
+from ..settings import ShimSettings
 from .http1 import Http1Connection
 from .model import Probe
-from ..settings import ShimSettings
 
 TRANSPORT_ERRORS = (OSError, TimeoutError, httptools.HttpParserError)
 JSON_HEADERS = {"Accept": "application/json"}

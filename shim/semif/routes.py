@@ -6,8 +6,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .service import DecisionService
 from .request import decide_body, parse_json, shared_body
+from .service import DecisionService
 
 
 def semif_routes(service: DecisionService) -> list[Route]:

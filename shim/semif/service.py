@@ -6,9 +6,9 @@ from typing import Any
 
 from wire.answer import CallAnswer
 
+from ..context import note_usage
 from ..port.calls import CallRunner, Ran
 from .answers import averaged_result, ordering_result
-from ..context import note_usage
 from .plan import Call, plan
 from .request import Decision
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..port.calls import CallRunner
 from ..context import note_usage
 from ..errors import RETRY_AFTER_SECONDS, ModelFailure
 from ..health import FactsCache
+from ..port.calls import CallRunner
 from ..port.chunking import chunks
 from ..settings import ShimSettings
 from .answers import predict_request, question_numbers, response_body

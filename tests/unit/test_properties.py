@@ -9,11 +9,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from shim.semif.answers import averaged_result
 from shim.port.chunking import MAX_QUESTIONS_PER_CALL
+from shim.port.invalid import InvalidRequest
+from shim.semif.answers import averaged_result
 from shim.semif.plan import orderings_of, plan
 from shim.semif.request import Decision, Option, shared_body
-from shim.port.invalid import InvalidRequest
 
 EXAMPLES = settings(max_examples=200, deadline=None)
 ids = st.text(alphabet="ab#o01", min_size=1, max_size=4)

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from shim.semif.answers import LOG_FLOOR, averaged_result, ordering_result
 from shim.errors import IncompleteAnswer
+from shim.semif.answers import LOG_FLOOR, averaged_result, ordering_result
 from shim.semif.plan import plan
 from shim.semif.request import Decision, Option
 from wire.answer import CallAnswer

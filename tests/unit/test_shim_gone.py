@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 from shim.app import create_app
-from shim.gone import ClientGone, acquire_unless_gone
+from shim.gone import ClientGone
 from shim.metrics import ShimMetrics
+from shim.port.waiting import acquire
 
 from .asgi_exchange import RawRequest
 from .fake_model import FakeModel
@@ -92,9 +93,9 @@ async def test_a_client_gone_before_its_turn_frees_its_queue_slot_at_once(held):
     assert len(model.calls) == 2
 
 
-async def test_acquire_unless_gone_is_a_plain_acquire_outside_a_watched_request():
+async def test_the_wait_is_a_plain_acquire_outside_a_watched_request():
     lock = asyncio.Lock()
-    await acquire_unless_gone(lock)
+    await acquire(lock)
     assert lock.locked()
 
 
@@ -107,7 +108,7 @@ async def test_a_lock_won_in_the_same_moment_the_client_goes_is_given_back():
     try:
         channel.gone.set()
         with pytest.raises(ClientGone):
-            await acquire_unless_gone(lock)
+            await acquire(lock)
     finally:
         gone._current.reset(token)
     assert not lock.locked()

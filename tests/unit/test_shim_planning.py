@@ -5,9 +5,9 @@ from collections import Counter
 import pytest
 
 from shim.port.chunking import MAX_QUESTIONS_PER_CALL
+from shim.port.invalid import InvalidRequest
 from shim.semif.plan import orderings_of, plan
 from shim.semif.request import Decision, Option
-from shim.port.invalid import InvalidRequest
 
 
 def decision(decision_id: str, options: int = 2, orderings: str = "none") -> Decision:
