@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import NamedTuple
 
 from starlette.requests import Request
@@ -26,13 +25,12 @@ from .drain import Drain
 from .errors import DRAINING, UNAVAILABLE, ApiError, envelope
 from .metrics import ShimMetrics
 from .port.chunking import CHUNKING, MAX_QUESTIONS_PER_CALL
-from .port.model import Model
+from .port.facts import FactsCache
 from .port.watch import ModelWatch
 from .settings import ShimSettings
 
 log = logging.getLogger("intern_decision.shim")
 
-FACTS_TTL_SECONDS = 5.0
 MODEL_CHECK_SECONDS = 5.0  # how often Triton's readiness and the facts are read, whether /health is called or not
 # What precedes an exception's text in the shim's reasons (shim/port/triton.py): public_reason keeps the words, not it.
 DETAIL_MARKS = ("did not answer: ", "cannot be read: ")
@@ -49,25 +47,6 @@ def public_reason(reason: str) -> str:
 class Verdict(NamedTuple):
     reason: str | None  # why the model is not usable, in full; None when it is
     facts: ModelFacts | None  # the model's facts, when it is usable
-
-
-class FactsCache:
-    """The model's facts from Triton's metrics port, re-read after FACTS_TTL_SECONDS so a restarted model shows up."""
-
-    def __init__(self, model: Model, clock=time.monotonic):
-        self._model = model
-        self._clock = clock
-        self._facts: ModelFacts | None = None
-        self._read_at = 0.0
-
-    async def get(self) -> ModelFacts:
-        if self._facts is None or self._clock() - self._read_at > FACTS_TTL_SECONDS:
-            self._facts = await self._model.facts()
-            self._read_at = self._clock()
-        return self._facts
-
-    def clear(self) -> None:
-        self._facts = None
 
 
 class HealthCheck:

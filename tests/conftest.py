@@ -1,4 +1,13 @@
-from pathlib import Path
+import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-MODEL_VERSION_DIR = REPO_ROOT / "model_repository" / "intern_decision" / "1"
+from tests.tools import required_tool
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return required_tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def hadolint() -> str:
+    return required_tool("hadolint", "it comes with the test extras (pip install -e '.[test]'; ./dev test does it)")

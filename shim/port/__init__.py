@@ -6,6 +6,7 @@ model     the Protocol every model implements (Triton, the watch, the unit tests
 calls     one request's calls under the process-wide lock (INV-2), counted and classified
 chunking  at most 16 questions a call, packed greedily in request order                            (pure)
 invalid   InvalidRequest, the one 422 type both surfaces raise                                      (pure)
+facts     the model's facts, cached for FACTS_TTL_SECONDS
 waiting   the wait for the lock, given up when the client goes or the drain stops the queue
 locks     acquiring a lock unless an event is set first
 triton    the calls to Triton over our own HTTP/1.1 connections (http1), each answer read once      (I/O)

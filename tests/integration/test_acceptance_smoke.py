@@ -20,7 +20,7 @@ import pytest
 
 from devstack.triton import MODEL_NAME
 
-from .conftest import SHIM_TOKEN
+from .helpers import AUTH, SHIM_TOKEN
 
 pytestmark = pytest.mark.triton
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,6 @@ ROWS = REPO_ROOT / "acceptance" / "data" / "smoke_rows.jsonl"
 N = 3
 FLOOD = 6
 OPTIONS = [{"id": "a", "description": "The first way."}, {"id": "b", "description": "The second way."}]
-AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 
 RELOAD = """
 import sys, urllib.request

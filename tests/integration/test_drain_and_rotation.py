@@ -20,12 +20,9 @@ import pytest
 
 from devstack.shim import ShimServer
 
-from .conftest import SHIM_TOKEN
-from .test_reliability import decide, slow
-from .test_triton_model import quiet_metrics, settled_call_counts
+from .helpers import AUTH, SHIM_TOKEN, decide, quiet_metrics, settled_call_counts, slow
 
 pytestmark = pytest.mark.triton
-AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 NEXT_TOKEN = "integration-next-token-9876543210-zyxwvu"
 DRAIN_SECONDS = 3.0  # above what is left of the request in progress (2.5 s, signalled at 0.5 s), so that the
 # request announced behind it holds the lock before the drain stops the queue; that one takes 2 s, so that the

@@ -24,10 +24,9 @@ from devstack.triton import EXIT_TIMEOUT_SECONDS, TritonServer
 from wire.ping import ping
 from wire.protocol import MODEL_NAME
 
-from .conftest import SHIM_TOKEN, model_env
+from .helpers import AUTH, SHIM_TOKEN, model_env
 
 pytestmark = pytest.mark.triton
-AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 PROBE_SECONDS = 0.5
 WATCHDOG = Path(__file__).resolve().parents[2] / "docker" / "triton" / "watchdog.py"
 DOWN_SECONDS = 2.0  # the watchdog's window; the image's default is 30 s

@@ -14,9 +14,8 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import SHIM_TOKEN, held_queue
-from .test_reliability import slow
-from .test_systemone import AUTH, NAME, STATE, assert_equals_predict, canonical  # noqa: F401 (a fixture)
+from .helpers import AUTH, NAME, SHIM_TOKEN, assert_equals_predict, held_queue, slow
+from .sdk_program import STATE
 
 pytestmark = pytest.mark.triton
 

@@ -15,10 +15,9 @@ import pytest
 from devstack.process import ManagedProcess, free_port
 from tests.tools import required_tool
 
-from .conftest import SHIM_TOKEN
+from .helpers import AUTH, SHIM_TOKEN
 
 pytestmark = pytest.mark.triton
-AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 SCRAPE_SECONDS = 1
 OPTIONS = [{"id": "yes", "description": "It holds."}, {"id": "no", "description": "It does not."}]
 

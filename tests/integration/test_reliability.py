@@ -16,24 +16,11 @@ from schemathesis.generation import GenerationMode
 from bench.load import run_load
 from tests.fuzzing import Tally, fuzz
 
-from .conftest import SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_QUEUE, SHIM_TOKEN, past_a_full_queue
-from .test_triton_model import infer_error, quiet_metrics, settled_call_counts
+from .helpers import (AUTH, SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_QUEUE, SHIM_TOKEN, decide, infer_error, model_log_lines,
+                      options, past_a_full_queue, quiet_metrics, read_until_closed, settled_call_counts, slow)
 
 pytestmark = pytest.mark.triton
-AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 NO_CALLS = {"ok": 0, "invalid": 0, "out_of_memory": 0, "failed": 0}
-
-
-def options(*ids: str) -> list[dict]:
-    return [{"id": option_id, "description": f"The {option_id} path."} for option_id in ids]
-
-
-def decide(**fields) -> dict:
-    return {"id": "r", "state": {"ticket": 7}, "question": "Refund it?", "options": options("yes", "no"), **fields}
-
-
-def slow(seconds: float) -> dict:
-    return decide(state={"__fixture_fault__": {"sleep_seconds": seconds}})
 
 
 def nested(levels: int) -> object:
@@ -63,22 +50,6 @@ def raw_request(port: int, method: str, target: str, headers: list[tuple[str, st
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     headers_back = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in header_lines)}
     return int(status_line.split()[1]), headers_back, payload
-
-
-def read_until_closed(sock: socket.socket) -> bytes:
-    chunks = []
-    while chunk := sock.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def model_log_lines(triton, text: str, timeout: float = 5) -> list[str]:
-    """The lines of Triton's log that hold `text`, once there are some (the model writes them off the response path)."""
-    deadline = time.monotonic() + timeout
-    while not (lines := [line for line in triton.log_text().splitlines() if text in line]):
-        assert time.monotonic() < deadline, f"no line with {text!r} in Triton's log"
-        time.sleep(0.05)
-    return lines
 
 
 def assert_queue_is_free(shim) -> None:

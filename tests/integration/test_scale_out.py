@@ -26,9 +26,7 @@ from devstack.process import ServerExited
 from devstack.shim import ShimServer
 from devstack.triton import TritonServer
 
-from .conftest import SHIM_TOKEN, model_env
-from .test_reliability import decide, read_until_closed, slow
-from .test_triton_model import calls, read_metrics
+from .helpers import SHIM_TOKEN, calls, decide, model_env, read_metrics, read_until_closed, slow
 
 pytestmark = pytest.mark.triton
 NEXT_TOKEN = "scale-out-next-token-0123456789-abcdefgh"

@@ -10,10 +10,9 @@ import time
 import httpx
 import pytest
 
-from .conftest import SHIM_MAX_BODY_BYTES, SHIM_MAX_QUEUE, SHIM_TOKEN, TEST_MAX_TOKENS, past_a_full_queue
+from .helpers import AUTH, SHIM_MAX_BODY_BYTES, SHIM_MAX_QUEUE, SHIM_TOKEN, TEST_MAX_TOKENS, past_a_full_queue
 
 pytestmark = pytest.mark.triton
-AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
 STATE = {"ticket": 4512, "customer": "charged twice for one order", "channel": "email"}
 
 

@@ -19,14 +19,11 @@ from typesafe_sdk import (AsyncTypeSafeClient, Noul, RetryPolicy, TypeSafeAuthen
 
 from tests.fuzzing import Tally, fuzz
 
-from .conftest import SHIM_TOKEN, TEST_MAX_TOKENS, held_queue
+from .helpers import AUTH, NAME, SHIM_TOKEN, TEST_MAX_TOKENS, assert_equals_predict, held_queue, model_log_lines
 from .sdk_program import QUESTIONS as SDK_QUESTIONS
 from .sdk_program import STATE
-from .test_reliability import model_log_lines
 
 pytestmark = pytest.mark.triton
-AUTH = {"Authorization": f"Bearer {SHIM_TOKEN}"}
-NAME = "Intern-Decision-4B"  # an alias; answers name the canonical internlm/Intern-Decision-4B@<revision>
 
 # What the shim sends predict() for SDK_QUESTIONS (structured values as JSON text).
 TRANSLATED = {"state": STATE, "questions": {
@@ -46,28 +43,6 @@ def sdk(shim, **options) -> TypeSafeClient:
 def http(shim):
     with httpx.Client(base_url=shim.url, timeout=120) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def canonical(fixture_pins) -> str:
-    return f"internlm/Intern-Decision-4B@{fixture_pins.revision[:12]}"
-
-
-def assert_equals_predict(answers: dict, local: dict) -> None:
-    """A System One response's answers (as JSON) against predict()'s own, number for number."""
-    for name, native in local["answers"].items():
-        answer = answers[name]
-        assert answer["x_native"] == native, name
-        if native["type"] == "noul":
-            assert answer["noul"] == native["noul"] and "confidence" not in answer
-        else:
-            assert answer["confidence"] == native["confidence"]
-            assert answer["probabilities"] == native["probabilities"]
-            assert list(answer["probabilities"]) == list(native["probabilities"])
-        if native["type"] == "choice":
-            assert answer["choice"] == native["choice"]
-        if native["type"] == "score":
-            assert answer["score"] == native["score"]
 
 
 def test_the_sdk_lists_the_models_and_refuses_a_wrong_key(shim, canonical):

@@ -4,23 +4,20 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import urllib.request
 
-import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from devstack.triton import TritonServer
 from wire.ping import ping
 from wire.protocol import OUTCOMES
 
-from .conftest import TEST_MAX_TOKENS, model_env
+from .helpers import (MODEL, TEST_MAX_TOKENS, calls, infer, infer_calls, infer_calls_error, infer_error, metrics_text,
+                      model_env, quiet_metrics, read_metrics, settled_call_counts)
 
 pytestmark = pytest.mark.triton
 
-MODEL = "intern_decision"
 
 REQUESTS = {
     "one choice over a string state": {
@@ -38,31 +35,6 @@ REQUESTS = {
         },
     },
 }
-
-
-def infer_calls(server: TritonServer, payloads: list, request_id: str = "") -> list[dict]:
-    """One inference request carrying the calls (wire protocol v2); the answers in call order."""
-    raws = [payload if isinstance(payload, bytes) else json.dumps(payload).encode() for payload in payloads]
-    tensor = httpclient.InferInput("REQUEST", [len(raws)], "BYTES")
-    tensor.set_data_from_numpy(np.array(raws, dtype=np.object_))
-    with httpclient.InferenceServerClient(server.http_url) as client:
-        result = client.infer(MODEL, [tensor], request_id=request_id, headers=server.key_header)
-    return [json.loads(answer) for answer in result.as_numpy("RESPONSE")]
-
-
-def infer(server: TritonServer, payload: object, request_id: str = "") -> dict:
-    (answer,) = infer_calls(server, [payload], request_id)
-    return answer
-
-
-def infer_error(server: TritonServer, payload: object, request_id: str = "") -> InferenceServerException:
-    return infer_calls_error(server, [payload], request_id)
-
-
-def infer_calls_error(server: TritonServer, payloads: list, request_id: str = "") -> InferenceServerException:
-    with pytest.raises(InferenceServerException) as caught:
-        infer_calls(server, payloads, request_id)
-    return caught.value
 
 
 @pytest.mark.parametrize("name", sorted(REQUESTS))
@@ -199,47 +171,6 @@ def test_every_call_reaches_the_model_log_as_a_json_line_named_by_request_id_and
                                    "ms": lines["req-7f3a.1"]["ms"],
                                    "error": "invalid_request: call 1: Supply 1–16 questions."}
     assert "charged twice" not in triton.log_text()  # the state never reaches the log
-
-
-def metrics_text(server: TritonServer) -> str:
-    with urllib.request.urlopen(server.metrics_url, timeout=5) as response:
-        return response.read().decode()
-
-
-def read_metrics(server: TritonServer) -> dict[tuple[str, tuple], float]:
-    """{(sample name, sorted labels): value}; the parser names counter samples with a _total suffix."""
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(metrics_text(server)) for sample in family.samples}
-
-
-def calls(metrics: dict, outcome: str) -> float:
-    return metrics.get(("intern_decision_calls_total",
-                        (("model", MODEL), ("outcome", outcome))), 0.0)
-
-
-def quiet_metrics(server: TritonServer, still_for: float = 0.3, timeout: float = 10) -> dict:
-    """The metrics once the updates queued by earlier requests are applied: two reads still_for apart agree."""
-    deadline = time.monotonic() + timeout
-    last = read_metrics(server)
-    while True:
-        time.sleep(still_for)
-        current = read_metrics(server)
-        if current == last:
-            return current
-        assert time.monotonic() < deadline, "the model's metrics kept changing with no traffic"
-        last = current
-
-
-def settled_call_counts(server: TritonServer, before: dict, expected: dict[str, int], timeout: float = 5) -> bool:
-    """The model applies its metric updates off the response path: wait until the counts reach what is expected."""
-    deadline = time.monotonic() + timeout
-    while True:
-        after = read_metrics(server)
-        counts = {outcome: calls(after, outcome) - calls(before, outcome) for outcome in expected}
-        if counts == expected or time.monotonic() > deadline:
-            assert counts == expected
-            return True
-        time.sleep(0.05)
 
 
 def test_metrics_show_triton_success_and_the_custom_outcomes(triton, fixture_pins):

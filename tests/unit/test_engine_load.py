@@ -13,7 +13,7 @@ from intern_decision_model.engine import WARMUP_REQUEST, ServingEngine
 from intern_decision_model.guard import OutOfMemory
 from intern_decision_model.settings import Settings
 
-from ..conftest import MODEL_VERSION_DIR
+from ..tools import MODEL_VERSION_DIR
 from .fake_checkpoint import REVISION, write_checkpoint
 
 MODEL_PY = MODEL_VERSION_DIR / "model.py"

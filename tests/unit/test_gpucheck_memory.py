@@ -12,7 +12,7 @@ from gpucheck import cap, inprocess, steps
 from gpucheck.context import Context, Inconclusive, Options
 from gpucheck.findings import Findings
 from gpucheck.report import Report, Step
-from tests.unit.test_acceptance_checks import HEALTH, context, error, reply, shared_answer
+from tests.unit.scripted_service import HEALTH, context, error, reply, shared_answer
 
 GIB = 1024 ** 3
 # Intern-Decision-4B in bf16: 9.08 GB of weights, of which the vision tower (removed after the first warm-up in the

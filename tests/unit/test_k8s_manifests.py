@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from shim.server import KEEP_ALIVE_SECONDS
+from tests.tools import run
 from tests.unit.deploy_files import REPO, load_script
-from tests.unit.test_deploy_tools import promtool, run  # noqa: F401 - the fixture
 
 K8S = REPO / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.31.0"  # native sidecars are on by default from 1.29

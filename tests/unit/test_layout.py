@@ -98,3 +98,15 @@ def test_the_shim_and_the_model_side_meet_only_in_wire():
     model = {target for path in (ROOT / "intern_decision_model").rglob("*.py") for target in imports_of(path)}
     assert not [target for target in shim if within(target, "intern_decision_model")]
     assert not [target for target in model if within(target, "shim")]
+
+
+def test_tests_share_helpers_and_fixtures_not_each_other():
+    """What tests share lives in helper modules and conftest fixtures: no test module imports another, nor a
+    conftest (pytest hands fixtures over by name)."""
+    reaching = []
+    for path in (ROOT / "tests").rglob("*.py"):
+        for target in imports_of(path):
+            last = target.rsplit(".", 1)[-1]
+            if within(target, "tests") and (last.startswith("test_") or last == "conftest"):
+                reaching.append((str(path.relative_to(ROOT)), target))
+    assert reaching == []

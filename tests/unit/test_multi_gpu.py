@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from devstack.haproxy import haproxy_binary, renderer
+from tests.tools import run
 from tests.unit.deploy_files import DOCKER, REPO
-from tests.unit.test_deploy_tools import promtool, run  # noqa: F401 - the fixture
 
 GPUS = 3
 
