@@ -15,12 +15,13 @@ semif/      POST /decide and POST /decide/shared: request (the bodies checked in
 systemone/  GET /v1/models, POST /v1/systemone and its batch: catalog, request, answers, service, routes; TypeSafe's
             conventions on those paths (conventions), the same operations as MCP tools at /mcp (mcp)
 health      GET /health and the model_up gauge, from what the watch knows
-handlers    every error answered in the envelope
+exception_handlers
+            every error the app raises answered in the envelope (Starlette's exception handlers)
 port/       the model as both surfaces use it: model (the Protocol and a ping's Probe), calls (one request's calls
             under the process-wide lock, counted and classified), chunking (at most 16 questions a call, greedy),
-            invalid (the one 422 type), facts (the model's facts, cached), waiting and locks (the lock's wait, given up when the client goes or the
-            drain stops the queue), triton and http1 (Triton over our own HTTP/1.1 connections), watch (the
-            model's liveness: pings, and reloads when its process died)
+            invalid (the one 422 type), facts (the model's facts, cached), waiting and locks (the lock's wait, given
+            up when the client goes or the drain stops the queue), triton and http1 (Triton over our own HTTP/1.1
+            connections), watch (the model's liveness: pings, and reloads when its process died)
 errors      the error envelope, the public errors, the one failure type of a call (Failure on wire.Kind) (pure)
 drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
 gone        a request whose client went away is not scored (ClientWatch), 499

@@ -4,8 +4,8 @@
 Starlette's last-resort 500); the System One paths also follow TypeSafe's conventions (shim/systemone/
 conventions.py).
 
-create_app only wires the parts together: the routes' handlers (shim/semif/, shim/systemone/, shim/health.py),
-the error handlers (shim/handlers.py) and the edge's middlewares (shim/edge/) stand in modules of their own.
+create_app only wires the parts together: the routes' handlers (shim/semif/, shim/systemone/, shim/health.py), the
+exception handlers (shim/exception_handlers.py) and the edge's middlewares (shim/edge/) stand in modules of their own.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from .edge.framing import CloseUnread, TransferEncodingGuard
 from .edge.request_id import RequestId
 from .edge.tokens import AcceptedTokens
 from .gone import ClientWatch
-from .handlers import EXCEPTION_HANDLERS
+from .exception_handlers import EXCEPTION_HANDLERS
 from .health import HealthCheck, health_route
 from .metrics import ShimMetrics
 from .port.calls import CallRunner

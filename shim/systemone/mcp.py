@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from .. import context
 from ..errors import ApiError
-from ..handlers import error_body
+from ..exception_handlers import error_body
 from ..port.invalid import InvalidRequest
 from .service import SystemOneService
 

@@ -68,7 +68,7 @@ def test_no_surface_imports_its_sibling(surface, sibling):
 @pytest.mark.parametrize("layer", ["shim.port", "shim.edge"])
 def test_the_port_and_the_edge_know_no_surface_and_not_each_other(layer):
     other = {"shim.port": "shim.edge", "shim.edge": "shim.port"}[layer]
-    above = (*SURFACES, "shim.app", "shim.server", "shim.handlers", "shim.health", other)
+    above = (*SURFACES, "shim.app", "shim.server", "shim.exception_handlers", "shim.health", other)
     assert not [(name, target) for name, imported in SHIM.items() if within(name, layer)
                 for target in imported if any(within(target, upper) for upper in above)]
 
