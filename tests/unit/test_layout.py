@@ -110,3 +110,14 @@ def test_tests_share_helpers_and_fixtures_not_each_other():
             if within(target, "tests") and (last.startswith("test_") or last == "conftest"):
                 reaching.append((str(path.relative_to(ROOT)), target))
     assert reaching == []
+
+
+def test_the_distribution_lists_every_package_under_its_top_level_packages():
+    """pyproject.toml names its packages one by one: a new subpackage must be added there, or a wheel leaves it out
+    (the editable install would still find it, so nothing else would notice)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    tops = {name.split(".")[0] for name in listed}
+    found = {module_name(init.parent / "__init__.py") for top in tops for init in (ROOT / top).rglob("__init__.py")}
+    assert found == listed
