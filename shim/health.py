@@ -31,6 +31,8 @@ from .settings import ShimSettings
 
 log = logging.getLogger("intern_decision.shim")
 
+HEALTH_PATH = "/health"
+
 MODEL_CHECK_SECONDS = 5.0  # how often Triton's readiness and the facts are read, whether /health is called or not
 # What precedes an exception's text in the shim's reasons (shim/port/triton.py): public_reason keeps the words, not it.
 DETAIL_MARKS = ("did not answer: ", "cannot be read: ")
@@ -137,4 +139,4 @@ def health_route(settings: ShimSettings, check: "HealthCheck", drain: Drain) -> 
             return JSONResponse(body, status_code=503)
         return JSONResponse(health_body(settings, verdict.facts))
 
-    return Route("/health", health, methods=["GET"])
+    return Route(HEALTH_PATH, health, methods=["GET"])

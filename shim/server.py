@@ -5,7 +5,10 @@ neither how long a request's line and headers may take to arrive nor how large t
 may trickle in (each byte restarts no deadline of ours but cancels the keep-alive timer), nor how many connections
 are open: a client could hold connections open forever, or make the server buffer megabytes, before the app ever
 sees a request. This protocol adds those bounds (settings: HEADER_TIMEOUT_SECONDS, BODY_TIMEOUT_SECONDS,
-MAX_CONNECTIONS), each an overall deadline or count, never one per byte. Once the headers are complete the app's
+MAX_CONNECTIONS), each an overall deadline or count, never one per byte. A GET /health on a connection beyond
+MAX_CONNECTIONS is still answered, then the connection is closed: a flood of connections must not make the balancer's
+health checks (and Kubernetes' probes) fail and take every replica out at once; /health answers from what the shim
+already knows, so it costs no Triton call. Once the headers are complete the app's
 own limits apply (shim/edge/: auth, admission, BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES), and a response sent
 before the body was read closes the connection (shim/edge/framing.py).
 """
@@ -21,11 +24,13 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .drain import Drain
 from .errors import HEADERS_TOO_LARGE, RETRY_AFTER_SECONDS, TOO_MANY_CONNECTIONS, envelope
+from .health import HEALTH_PATH
 from .settings import ShimSettings
 
 KEEP_ALIVE_SECONDS = 5  # idle time allowed between requests on one connection (uvicorn's timeout_keep_alive)
@@ -75,11 +80,26 @@ def too_many_connections(max_connections: int):
     return answer
 
 
+def closing_after(app):
+    """The app, its response carrying Connection: close (uvicorn then closes the connection once it is sent)."""
+
+    async def answer(scope, receive, send) -> None:
+        async def send_closing(message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        await app(scope, receive, send_closing)
+
+    return answer
+
+
 class BoundedHeadersProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, with ConnectionLimits: a request's line and headers must arrive within
     header_seconds (else the connection is closed) and within MAX_HEADER_BYTES (else 431 request_header_too_large,
     and closed); its body within body_seconds of its headers (else closed); a request on a connection beyond
-    max_connections is 503 too_many_connections, and closed."""
+    max_connections is 503 too_many_connections, and closed, unless it is a GET /health, which is answered and then
+    closed."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits = ConnectionLimits(), **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -134,10 +154,13 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._headers_arrived()
         limit = self._limits.max_connections
-        if limit is not None and len(self.connections) > limit:
-            self.app = too_many_connections(limit)  # this connection ends with the answer
+        if limit is not None and len(self.connections) > limit:  # this connection ends with the answer
+            self.app = closing_after(self.app) if self._is_health_check() else too_many_connections(limit)
         self._body_deadline = self.loop.call_later(self._limits.body_seconds, self._too_slow)
         super().on_headers_complete()
+
+    def _is_health_check(self) -> bool:
+        return self.parser.get_method() == b"GET" and httptools.parse_url(self.url).path == HEALTH_PATH.encode()
 
     def on_message_complete(self) -> None:
         self._body_arrived()

@@ -231,7 +231,7 @@ def test_a_connection_beyond_max_connections_is_503_in_the_envelope_and_closed(e
         time.sleep(0.1)
         extra = connect(edge)
         with connect(edge) as sock:
-            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
             answer, _ = closed_within(sock, 2.0)
         extra.close()
     finally:
@@ -245,6 +245,25 @@ def test_a_connection_beyond_max_connections_is_503_in_the_envelope_and_closed(e
     with connect(edge) as sock:  # the idle ones gone, room again
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_health_on_a_connection_beyond_max_connections_is_answered_and_closed(edge):
+    """A flood of connections must not fail the balancer's health checks: /health is answered, then closed."""
+    idle = [connect(edge) for _ in range(EDGE_CONNECTIONS)]  # MAX_CONNECTIONS open and idle
+    try:
+        time.sleep(0.1)
+        with connect(edge) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer, _ = closed_within(sock, 2.0)
+        with connect(edge) as sock:  # anything else on a connection beyond the limit is still refused
+            sock.sendall(b"GET /health/ HTTP/1.1\r\nHost: x\r\n\r\n")
+            refused, _ = closed_within(sock, 2.0)
+    finally:
+        for sock in idle:
+            sock.close()
+    assert answer.startswith(b"HTTP/1.1 200 ") and head_of(answer)[b"connection"] == b"close"
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["status"] == "ok"
+    assert refused.startswith(b"HTTP/1.1 503 ") and b"too_many_connections" in refused
 
 
 @pytest.mark.parametrize("coding", [b"gzip, chunked", b"identity, chunked"])
