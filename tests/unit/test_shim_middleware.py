@@ -8,7 +8,6 @@ import json
 
 import pytest
 from backports import zstd
-
 from starlette.datastructures import Headers
 
 from shim.drain import Drain
@@ -273,3 +272,13 @@ def test_bearer_parsing():
     assert not bearer_matches(raw([(b"authorization", b"Bearer " + token + b" x")]), tokens)
     assert declared_length(raw([(b"content-length", b"42")])) == 42
     assert declared_length(raw([(b"content-length", b"4 2")])) is None
+
+
+def test_only_ascii_whitespace_around_the_scheme_and_the_token_is_ignored():
+    """Headers arrive as latin-1 text; what is stripped is what bytes.strip() strips, never \xa0 or \x85."""
+    token, tokens = TOKEN.encode(), AcceptedTokens(TOKEN)
+    assert bearer_matches(raw([(b"authorization", b"\tBearer " + token + b"\x0b")]), tokens)
+    for other in (b"\xa0", b"\x85"):
+        assert not bearer_matches(raw([(b"authorization", b"Bearer " + token + other)]), tokens)
+        assert not bearer_matches(raw([(b"authorization", other + b"Bearer " + token)]), tokens)
+
