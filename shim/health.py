@@ -24,7 +24,7 @@ from wire.facts import ModelFacts
 from .drain import Drain
 from .errors import DRAINING, UNAVAILABLE, ApiError, envelope
 from .metrics import ShimMetrics
-from .port.chunking import CHUNKING, MAX_QUESTIONS_PER_CALL
+from .port.chunking import MAX_QUESTIONS_PER_CALL
 from .port.facts import FactsCache
 from .port.watch import ModelWatch
 from .settings import ShimSettings
@@ -32,6 +32,11 @@ from .settings import ShimSettings
 log = logging.getLogger("intern_decision.shim")
 
 HEALTH_PATH = "/health"
+# The contract's words for how the semif routes pack their questions (shim/semif/plan.py), in /health.
+CHUNKING = ("greedy in request order: questions 1-16 form the first call, 17-32 the next, and so on; with "
+            "orderings, ordering k of every decision that has more than k orderings forms wave k, each wave is "
+            "packed the same way and the waves run one after another; a call with one question uses field q, "
+            "a call with several uses q1..qN")
 
 MODEL_CHECK_SECONDS = 5.0  # how often Triton's readiness and the facts are read, whether /health is called or not
 # What precedes an exception's text in the shim's reasons (shim/port/triton.py): public_reason keeps the words, not it.

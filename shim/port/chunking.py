@@ -7,10 +7,6 @@ from typing import TypeVar
 T = TypeVar("T")
 
 MAX_QUESTIONS_PER_CALL = 16  # the model's own limit (its validate_request)
-CHUNKING = ("greedy in request order: questions 1-16 form the first call, 17-32 the next, and so on; with "
-            "orderings, ordering k of every decision that has more than k orderings forms wave k, each wave is "
-            "packed the same way and the waves run one after another; a call with one question uses field q, "
-            "a call with several uses q1..qN")
 
 
 def chunks(items: Sequence[T]) -> list[Sequence[T]]:

@@ -11,7 +11,7 @@ import pytest
 
 from shim.app import create_app
 from shim.errors import Failure, ModelFailure
-from shim.port.chunking import CHUNKING
+from shim.health import CHUNKING
 
 from .fake_model import CALIBRATION, FACTS, FakeModel
 from .shim_helpers import AUTH, TOKEN, client_for, decide_body, make_settings, options, shared_body
