@@ -29,6 +29,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .drain import Drain
+from .edge.framing import closing
 from .errors import HEADERS_TOO_LARGE, RETRY_AFTER_SECONDS, TOO_MANY_CONNECTIONS, envelope
 from .health import HEALTH_PATH
 from .settings import ShimSettings
@@ -85,9 +86,7 @@ def closing_after(app):
 
     async def answer(scope, receive, send) -> None:
         async def send_closing(message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
-            await send(message)
+            await send(closing(message) if message["type"] == "http.response.start" else message)
 
         await app(scope, receive, send_closing)
 

@@ -32,6 +32,13 @@ def has_body(headers: Headers) -> bool:
                                                  for value in headers.getlist("content-length"))
 
 
+def closing(start: Message) -> Message:
+    """A response's start, with Connection: close: uvicorn closes the connection once that response is sent."""
+    start.setdefault("headers", [])  # optional in ASGI
+    MutableHeaders(scope=start)["Connection"] = "close"
+    return start
+
+
 class TransferEncodingGuard:
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -70,8 +77,7 @@ class CloseUnread:
 
         async def send_closing_unless_read(message: Message) -> None:
             if message["type"] == "http.response.start" and not read_whole:
-                message.setdefault("headers", [])  # optional in ASGI
-                MutableHeaders(scope=message)["Connection"] = "close"
+                message = closing(message)
             await send(message)
 
         await self.app(scope, receive_noting_the_end, send_closing_unless_read)
