@@ -10,5 +10,5 @@ draining    a new POST once the drain refuses
 admission   at most MAX_QUEUE POSTs queued or scoring
 body        the Content-Encoding known, the body read within MAX_BODY_BYTES and BODY_TIMEOUT_SECONDS, decoded
             (encoding: gzip and zstd within the limit, in bounded steps) and replayed to the app
-refusal     a refusal in the envelope
+refusal     which requests the POST guards apply to (is_post), and a refusal in the envelope
 """

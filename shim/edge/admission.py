@@ -7,7 +7,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..drain import Drain
 from ..errors import BUSY, RETRY_AFTER_SECONDS
-from .refusal import refuse
+from .refusal import is_post, refuse
 
 
 class Admission:
@@ -17,7 +17,7 @@ class Admission:
         self._drain = drain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if not is_post(scope):
             await self.app(scope, receive, send)
             return
         if self._drain.admitted >= self._max_queue:

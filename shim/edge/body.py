@@ -20,13 +20,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import INVALID, REQUEST_TIMEOUT, TOO_LARGE, UNSUPPORTED_MEDIA_TYPE
 from .encoding import IDENTITY, BodyDecoder, BodyTooLarge, UndecodableBody, UnsupportedEncoding, content_encoding
-from .refusal import refuse
+from .refusal import is_post, refuse
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
-
-
-def _is_post(scope: Scope) -> bool:
-    return scope["type"] == "http" and scope["method"] == "POST"
 
 
 def declared_length(headers: Headers) -> int | None:
@@ -39,7 +35,7 @@ class KnownEncoding:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if _is_post(scope):
+        if is_post(scope):
             try:
                 content_encoding(Headers(scope=scope).getlist("content-encoding"))
             except UnsupportedEncoding as exc:
@@ -55,7 +51,7 @@ class BodyReader:
         self._body_timeout = body_timeout_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not _is_post(scope):
+        if not is_post(scope):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)

@@ -6,7 +6,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..drain import Drain
 from ..errors import DRAINING, RETRY_AFTER_SECONDS
-from .refusal import refuse
+from .refusal import is_post, refuse
 
 
 class RefuseWhileDraining:
@@ -15,7 +15,7 @@ class RefuseWhileDraining:
         self._drain = drain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and self._drain.refusing:
+        if is_post(scope) and self._drain.refusing:
             await refuse(scope, receive, send, DRAINING, "this replica is shutting down; retry (another replica)",
                          {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"})
             return

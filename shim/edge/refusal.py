@@ -1,10 +1,16 @@
-"""An edge middleware's refusal: the envelope, its status and headers, sent before the app is reached."""
+"""What the edge's middlewares share: which requests they guard, and a refusal (the envelope, its status and headers,
+sent before the app is reached)."""
 from __future__ import annotations
 
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from ..errors import PublicError, envelope
+
+
+def is_post(scope: Scope) -> bool:
+    """An HTTP POST: what the drain, the encoding, admission and the body reader guard."""
+    return scope["type"] == "http" and scope["method"] == "POST"
 
 
 async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError, message: str,
