@@ -1,0 +1,85 @@
+"""The docs a newcomer reads hold what the code does: every link resolves, every setting the code reads is in
+docs/configuration.md (and every one listed there is read), every error the shim answers is in docs/semif.md's
+table, and the numbered differences from semif-serve run 1..N without a gap."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from shim import errors
+from wire.protocol import Kind
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+# How the two sides' settings modules read a variable: get(env, "NAME"), integer(env, "NAME", ...), and the like.
+READ = re.compile(r"\(env, \"([A-Z0-9_]+)\"")
+SETTINGS_SOURCES = ("shim/settings.py", "intern_decision_model/settings.py")
+# Read elsewhere than the settings modules: where python -m shim listens (shim/__main__.py, shim/metrics.py), and
+# the ping's timeout of the Triton container's healthcheck (docker/healthcheck.py).
+READ_ELSEWHERE = {"HOST", "PORT", "METRICS_HOST", "METRICS_PORT", "PING_TIMEOUT_SECONDS"}
+
+
+def page_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_relative_link_resolves(page):
+    targets = [target for target in LINK.findall(page_text(page)) if "://" not in target]
+    assert [target for target in targets if not (page.parent / target).exists()] == []
+
+
+def test_the_readme_links_every_document():
+    readme = page_text(ROOT / "README.md")
+    assert [page.name for page in sorted(DOCS.glob("*.md")) if f"](docs/{page.name})" not in readme] == []
+
+
+def documented_settings() -> dict[str, str]:
+    """The configuration table's rows: variable -> its `read by` column (one row may name two variables)."""
+    rows: dict[str, str] = {}
+    for line in page_text(DOCS / "configuration.md").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 4:
+            for name in re.findall(r"`([A-Z0-9_]+)`", cells[0]):
+                rows[name] = cells[1]
+    return rows
+
+
+def test_the_table_is_read():
+    rows = documented_settings()
+    assert rows["API_TOKEN"] == "shim" and rows["VRAM_CAP_GIB"] == "model" and rows["PORT"] == "shim"
+
+
+def test_every_setting_the_code_reads_is_documented_and_every_documented_one_is_read():
+    read = {name for source in SETTINGS_SOURCES for name in READ.findall(page_text(ROOT / source))}
+    assert {"API_TOKEN", "MAX_QUEUE", "MAX_TOKENS", "REVISION"} <= read  # the pattern still finds them
+    documented = set(documented_settings())
+    assert read - documented == set(), "settings read but not in docs/configuration.md"
+    assert documented - read - READ_ELSEWHERE == set(), "settings in docs/configuration.md that nothing reads"
+    everywhere = "\n".join(page_text(ROOT / path) for path in ("shim/__main__.py", "shim/metrics.py",
+                                                                "docker/healthcheck.py"))
+    assert [name for name in READ_ELSEWHERE if f"INTERN_DECISION_{name}" not in everywhere] == []
+
+
+def errors_table() -> set[tuple[int, str]]:
+    text = page_text(DOCS / "semif.md")
+    table = text[text.index("## Errors"):]
+    return {(int(status), code) for status, code in re.findall(r"^\| (\d{3}) \| `([a-z_]+)` \|", table, re.M)}
+
+
+def test_every_error_the_shim_answers_is_in_the_errors_table():
+    public = {value for value in vars(errors).values() if isinstance(value, errors.PublicError)}
+    public |= {errors.PublicError(status, code) for status, code in errors.HTTP_CODES.items()}
+    public |= {errors.PublicError(kind.status, kind.code) for kind in Kind}
+    public |= {failure.error for failure in errors.Failure}
+    assert len(public) >= 15
+    assert {(error.status, error.code) for error in public} == errors_table()
+
+
+def test_the_differences_are_numbered_without_a_gap():
+    numbers = [int(n) for n in re.findall(r"^(\d+)\. \*\*", page_text(DOCS / "differences-from-semif.md"), re.M)]
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 42
