@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, replace
 
 from gpucheck import archive, budgets
-from gpucheck.context import Context, Inconclusive, Options, Skip
+from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip
 from gpucheck.deadline import Deadline, DeadlineReached, kill_all
 from gpucheck.environment import nvidia_smi
 from gpucheck.report import FAIL, INCONCLUSIVE, NOT_RUN, PASS, SKIPPED, Report, Step
@@ -31,7 +31,9 @@ class StepSpec:
     title: str
     function: object  # (ctx, step) -> gpucheck.findings.Found
     needs: tuple  # the steps it needs (passed or skipped)
-    essential: bool = True  # False: skipped, not failed, when time is short; its failure still counts
+    # False: skipped, not failed, when time is short or it runs out; fails only for a fault of the service
+    # (outcome_of_error), and its inconclusive outcome does not decide the run
+    essential: bool = True
     decide: object = None  # ctx -> findings the step acts on, recorded as it starts (kept when it fails)
 
 
@@ -87,8 +89,22 @@ def _time_refusal(mode: str, spec: StepSpec, allowed: float, later: list) -> str
             + (f" (time kept for {', '.join(kept)})" if kept else ""))
 
 
+def outcome_of_error(spec: StepSpec, exc: Exception) -> tuple[str, str]:
+    """(status, detail) of a step that raised. An essential step fails. An optional one fails only for a fault of
+    the service (ServiceFault); one that ran out of time is skipped, and one the check could not finish for another
+    reason (a server that did not start under the test cap, a measurement that broke) is inconclusive: what it
+    measured up to then stays in its data."""
+    described = f"{type(exc).__name__}: {exc}"
+    if spec.essential or isinstance(exc, ServiceFault):
+        return FAIL, described
+    if isinstance(exc, TimeoutError):
+        return SKIPPED, f"ran out of time, recorded and skipped ({described})"
+    return INCONCLUSIVE, f"could not be finished, not a fault of the service ({described})"
+
+
 def run(options: Options) -> Report:
-    report = Report(options.out, options.mode, options.deadline, [Step(spec.name, spec.title) for spec in STEPS])
+    report = Report(options.out, options.mode, options.deadline,
+                    [Step(spec.name, spec.title, essential=spec.essential) for spec in STEPS])
     report.facts.update(mode=options.mode, device=options.device, checkpoint=options.checkpoint,
                         out=str(options.out))
     deadline = Deadline(options.deadline, reserve=RESERVE_SECONDS)
@@ -133,10 +149,11 @@ def run(options: Options) -> Report:
             except Inconclusive as exc:
                 step.status, step.detail = INCONCLUSIVE, str(exc)
             except DeadlineReached as exc:
-                step.status, step.detail = FAIL, f"{exc} during this step"
+                step.status = FAIL if spec.essential else SKIPPED
+                step.detail = f"{exc} during this step"
                 raise
             except Exception as exc:  # a failed step is reported, and the steps that do not need it still run
-                step.status, step.detail = FAIL, f"{type(exc).__name__}: {exc}"
+                step.status, step.detail = outcome_of_error(spec, exc)
             finally:
                 step.seconds = round(time.monotonic() - started, 1)
                 step.data.setdefault("allowance_seconds", round(allowed, 1))
@@ -145,7 +162,10 @@ def run(options: Options) -> Report:
     except (DeadlineReached, KeyboardInterrupt) as exc:
         for step in report.steps.values():
             if step.status == NOT_RUN and not step.detail:
-                step.detail = f"not run: {exc or 'interrupted'}"
+                if step.essential:
+                    step.detail = f"not run: {exc or 'interrupted'}"
+                else:
+                    step.status, step.detail = SKIPPED, f"skipped: {exc or 'interrupted'}"
     finally:
         Deadline.disarm()
         kill_all()
@@ -202,6 +222,10 @@ def _warmup_fact(found: dict) -> str | None:
     """The warm-up's result as one line; None when it wrote none (not started, or the step only holds its times)."""
     if "warmed" not in found:
         return None
-    if found.get("warmed"):
+    if found.get("warmed") and not found.get("cut"):
         return f"fla {found['fla']} warmed in {found['seconds']} s at {', '.join(found['lengths'])} tokens"
-    return f"not warmed: {found.get('reason')}"
+    warmed = [length for length, entry in (found.get("lengths") or {}).items() if "second_seconds" in entry]
+    if warmed:
+        return (f"partly warmed, at {', '.join(warmed)} tokens: {found.get('cut') or found.get('reason')}; "
+                f"the in-process run compiled the rest")
+    return f"not warmed: {found.get('cut') or found.get('reason')}"

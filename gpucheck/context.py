@@ -24,6 +24,11 @@ class Inconclusive(Exception):
     """The step ran and nothing failed, but what it measured cannot decide it; the message says why."""
 
 
+class ServiceFault(RuntimeError):
+    """The service itself did wrong (a check of the acceptance kit failed, the service scored other prompts than
+    predict()): the one failure an optional step reports as such."""
+
+
 @dataclass
 class Options:
     mode: str  # "gpu" (install, synthetic checkpoint, production config) or "cpu" (the development environment)

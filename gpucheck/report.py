@@ -27,6 +27,7 @@ class Step:
     seconds: float | None = None
     detail: str = ""
     data: dict = field(default_factory=dict)
+    essential: bool = True  # False: its inconclusive outcome does not decide the run (gpucheck.check.StepSpec)
 
 
 class Report:
@@ -47,12 +48,15 @@ class Report:
 
     @property
     def result(self) -> str:
-        """fail when a step failed or an essential one did not run; else inconclusive when a step measured what
-        cannot decide it (check 6 on a card where no cap separates); else pass."""
+        """fail when a step failed or an essential one did not run; else inconclusive when an essential step
+        measured what cannot decide it; else pass. An optional step's inconclusive outcome (check 6 on a card where
+        no cap separates) stays in its entry and does not decide the run: it says what the card allows, not whether
+        the service works."""
         statuses = {step.status for step in self.steps.values()}
         if statuses & {FAIL, NOT_RUN}:
             return FAIL
-        return INCONCLUSIVE if INCONCLUSIVE in statuses else PASS
+        undecided = any(step.status == INCONCLUSIVE and step.essential for step in self.steps.values())
+        return INCONCLUSIVE if undecided else PASS
 
     def as_dict(self) -> dict:
         return {

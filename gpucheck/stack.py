@@ -64,14 +64,15 @@ def start_server(attempts: list, env: dict, repository: Path, root: Path, python
                  timeout_of) -> tuple:
     """attempts: [(label, config name or None)]. Returns (server, label, tried) for the first that gets ready.
 
-    timeout_of() gives the seconds left for one attempt. Each attempt logs to tritonserver-<label>.log.
+    timeout_of(position) gives the seconds attempt number `position` (from 0) may take to get ready. Each attempt
+    logs to tritonserver-<label>.log.
     """
     tried = []
-    for label, config_name in attempts:
+    for position, (label, config_name) in enumerate(attempts):
         server = TritonServer(env, logs / f"tritonserver-{label}.log", model_repository=repository,
                               config_name=config_name, root=root, python=python)
         try:
-            server.start().wait_ready(timeout=timeout_of())
+            server.start().wait_ready(timeout=timeout_of(position))
             tried.append({"config": label, "ready": True})
             return server, label, tried
         except (ServerExited, TimeoutError) as exc:

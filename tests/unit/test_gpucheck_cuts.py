@@ -1,0 +1,248 @@
+"""A slow or cut GPU check ends with the card's limit named, never a FAIL of its own making: a kernel warm-up still
+running at its limit or failing at some lengths is recorded and skipped, an optional step that runs out of time is
+skipped with what it measured, only a fault of the service fails a step that is not essential, the production
+config's attempt leaves the KIND_MODEL variant its time, and the warm-up covers every length bucket the check
+sends."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from gpucheck import budgets, check, kernel_lengths, shapes, stack, steps
+from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip
+from gpucheck.deadline import Deadline, StepTimeout, run_logged, start_logged
+from gpucheck.findings import Findings, Found
+from gpucheck.report import FAIL, INCONCLUSIVE, PASS, SKIPPED, Report, Step
+
+
+def _options(tmp_path, deadline=100.0):
+    return Options(mode="cpu", device="cpu", out=tmp_path / "out", scratch=tmp_path / "scratch",
+                   carry=tmp_path / "carry", checkpoint="fixture", rounds=1, warmup=0, kit_checks="4", kit_n=1,
+                   deadline=deadline)
+
+
+def _context(tmp_path, step_seconds=100.0, **findings) -> Context:
+    options = _options(tmp_path)
+    options.files.mkdir(parents=True, exist_ok=True)
+    ctx = Context(options, Report(tmp_path, "cpu", 100, []), Deadline(1000, 0), findings=Findings(**findings))
+    ctx.step_end = time.monotonic() + step_seconds
+    return ctx
+
+
+# A stand-in for python -m gpucheck.warm_kernels: writes its JSON as the real one does (after every length), then
+# exits with the given status or keeps running.
+FAKE_WARMUP = """
+import json, sys, time
+out, lengths, warmed, then = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+open(out, "w").write(json.dumps({"fla": "0.5.2", "lengths": lengths, "warmed": warmed, "seconds": 1.0,
+                                 "reason": None}))
+if then == "hang":
+    time.sleep(60)
+sys.exit(int(then) if then != "hang" else 0)
+"""
+
+
+def _start_fake_warmup(ctx, lengths: dict, warmed: bool, then: str):
+    arguments = [sys.executable, "-c", FAKE_WARMUP, ctx.out / "kernel-warmup.json", json.dumps(lengths),
+                 "1" if warmed else "0", then]
+    ctx.start_warmup(lambda: start_logged(arguments, ctx.out / "kernel-warmup.log", stdout_to_log=True))
+    deadline = time.monotonic() + 20
+    while not (ctx.out / "kernel-warmup.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+WARMED = {"289": {"first_seconds": 9.1, "second_seconds": 0.01}, "798": {"first_seconds": 2.0, "second_seconds": 0.01}}
+
+
+def test_a_warm_up_still_running_at_its_limit_is_stopped_recorded_and_skipped(tmp_path):
+    ctx = _context(tmp_path, step_seconds=1.0)
+    _start_fake_warmup(ctx, WARMED, warmed=False, then="hang")
+    job = ctx.warmup_job
+    step = Step("kernel_warmup", "kernel_warmup")
+    with pytest.raises(Skip) as skipped:
+        steps.kernel_warmup_step(ctx, step)
+    assert "recorded, not a failure" in str(skipped.value) and "still running at its" in str(skipped.value)
+    assert "warmed at 289, 798 tokens" in str(skipped.value)
+    assert job.poll() is not None  # stopped, not left compiling beside the in-process run
+    assert step.data["lengths"] == WARMED and "still running" in step.data["cut"]
+    assert check._warmup_fact(step.data).startswith("partly warmed, at 289, 798 tokens")
+
+
+def test_a_warm_up_that_fails_at_some_lengths_is_recorded_and_skipped(tmp_path):
+    ctx = _context(tmp_path)
+    lengths = {**WARMED, "5121": {"error": "OutOfResources: shared memory"}}
+    _start_fake_warmup(ctx, lengths, warmed=False, then="0")
+    step = Step("kernel_warmup", "kernel_warmup")
+    with pytest.raises(Skip, match=r"fla failed at 5121 tokens \(OutOfResources: shared memory\)"):
+        steps.kernel_warmup_step(ctx, step)
+    assert step.data["lengths"] == lengths
+
+
+def test_a_warm_up_that_exits_with_an_error_is_recorded_and_skipped(tmp_path):
+    ctx = _context(tmp_path)
+    _start_fake_warmup(ctx, {"289": WARMED["289"]}, warmed=False, then="1")
+    with pytest.raises(Skip, match="exited with an error"):
+        steps.kernel_warmup_step(ctx, Step("kernel_warmup", "kernel_warmup"))
+
+
+def test_a_whole_warm_up_passes_with_its_first_calls(tmp_path):
+    ctx = _context(tmp_path)
+    _start_fake_warmup(ctx, WARMED, warmed=True, then="0")
+    found = steps.kernel_warmup_step(ctx, Step("kernel_warmup", "kernel_warmup"))
+    assert "289 tokens 9.1 s (then 0.01 s)" in found.summary
+
+
+def _run(monkeypatch, tmp_path, specs, deadline=100.0, expected=1.0):
+    monkeypatch.setattr(check, "STEPS", tuple(specs))
+    monkeypatch.setitem(budgets.TIMINGS, "cpu", {spec.name: budgets.Timing(expected, expected) for spec in specs})
+    monkeypatch.setattr(budgets, "VALUE", tuple(spec.name for spec in specs))
+    monkeypatch.setattr(check, "RESERVE_SECONDS", 0.5)
+    return check.run(_options(tmp_path, deadline))
+
+
+def _passes(ctx, step):
+    return Found("served")
+
+
+def _runs_out(ctx, step):
+    step.data["measured"] = {"anchor": 12.5}
+    run_logged([sys.executable, "-c", "import time; time.sleep(60)"], ctx.out / "slow.log", ctx.budget(1.0))
+
+
+def test_an_optional_step_that_runs_out_of_time_is_skipped_with_what_it_measured(monkeypatch, tmp_path):
+    report = _run(monkeypatch, tmp_path, [check.StepSpec("server", "server", _passes, ()),
+                                          check.StepSpec("optional", "optional", _runs_out, (), essential=False)])
+    optional = report.steps["optional"]
+    assert optional.status == SKIPPED and "ran out of time" in optional.detail
+    assert optional.data["measured"] == {"anchor": 12.5}
+    assert report.result == PASS
+
+
+def test_an_essential_step_that_runs_out_of_time_fails(monkeypatch, tmp_path):
+    report = _run(monkeypatch, tmp_path, [check.StepSpec("server", "server", _runs_out, ())])
+    assert report.steps["server"].status == FAIL and report.result == FAIL
+
+
+@pytest.mark.parametrize("error, status, result", [
+    (RuntimeError("the server under the test cap did not get ready"), INCONCLUSIVE, PASS),
+    (Inconclusive("cannot separate on this card"), INCONCLUSIVE, PASS),
+    (ServiceFault("the kit failed: {'6': 'fail'}"), FAIL, FAIL),
+])
+def test_an_optional_step_fails_the_run_only_for_a_fault_of_the_service(monkeypatch, tmp_path, error, status, result):
+    def raises(ctx, step):
+        raise error
+
+    report = _run(monkeypatch, tmp_path, [check.StepSpec("server", "server", _passes, ()),
+                                          check.StepSpec("overcap", "overcap", raises, (), essential=False)])
+    assert report.steps["overcap"].status == status
+    assert report.result == result
+
+
+def test_an_essential_steps_inconclusive_outcome_decides_the_run(monkeypatch, tmp_path):
+    def undecided(ctx, step):
+        raise Inconclusive("check 5 not proven")
+
+    report = _run(monkeypatch, tmp_path, [check.StepSpec("acceptance", "acceptance", undecided, ())])
+    assert report.result == INCONCLUSIVE
+
+
+def test_the_deadline_during_an_optional_step_skips_it_and_the_optional_steps_after_it(monkeypatch, tmp_path):
+    def sleeps(ctx, step):
+        time.sleep(30)  # the deadline's SIGALRM stops it
+
+    report = _run(monkeypatch, tmp_path, [check.StepSpec("server", "server", _passes, ()),
+                                          check.StepSpec("overcap", "overcap", sleeps, (), essential=False),
+                                          check.StepSpec("torch", "torch", _passes, (), essential=False)],
+                  deadline=2.5, expected=0.1)
+    assert report.steps["server"].status == PASS
+    assert report.steps["overcap"].status == SKIPPED and "deadline" in report.steps["overcap"].detail
+    assert report.steps["torch"].status == SKIPPED
+    assert report.result == PASS
+
+
+class FakeServer:
+    """A tritonserver whose production config hangs until its timeout, and whose variant gets ready."""
+    waited: list = []
+
+    def __init__(self, env, log_path, model_repository, config_name, root, python):
+        self.config_name, self.log_path = config_name, log_path
+
+    def start(self):
+        return self
+
+    def wait_ready(self, timeout):
+        FakeServer.waited.append((self.config_name, timeout))
+        if self.config_name is None:
+            raise TimeoutError(f"not ready after {timeout:.0f} s")
+
+    def stop(self, timeout):
+        pass
+
+
+def test_the_production_attempt_leaves_the_variant_at_least_half_of_the_server_steps_allowance(monkeypatch, tmp_path):
+    ctx = _context(tmp_path, step_seconds=150.0)
+    allowance = ctx.step_end - time.monotonic()
+    monkeypatch.setattr(stack, "TritonServer", FakeServer)
+    FakeServer.waited = []
+    attempts = [("production", None), ("variant", stack.VARIANT)]
+    server, label, tried = stack.start_server(
+        attempts, {}, tmp_path, tmp_path, sys.executable, tmp_path,
+        lambda position: steps.attempt_timeout(ctx, allowance, position, len(attempts)))
+    assert label == "variant" and [entry["ready"] for entry in tried] == [False, True]
+    (production, first), (variant, second) = FakeServer.waited
+    assert production is None and variant == stack.VARIANT
+    assert first <= steps.FIRST_ATTEMPT_SHARE * allowance
+    assert second >= (1 - steps.FIRST_ATTEMPT_SHARE) * allowance - 1  # a hang of the first did not eat it
+
+
+def test_a_single_attempt_has_the_whole_allowance(tmp_path):
+    ctx = _context(tmp_path, step_seconds=150.0)
+    assert steps.attempt_timeout(ctx, 150.0, 0, 1) > 140
+
+
+def test_on_the_gpu_machine_the_variant_has_at_least_its_expected_start():
+    limit = budgets.TIMINGS["gpu"]["server"].limit
+    assert limit * (1 - steps.FIRST_ATTEMPT_SHARE) >= budgets.TIMINGS["gpu"]["server"].expected
+
+
+def test_every_length_the_check_sends_falls_in_a_bucket_the_warm_up_covers():
+    warmed = {kernel_lengths.bucket(length) for length in steps.WARM_LENGTHS}
+    # the shapes' calls, and check 5's and 6's growth probes: any length up to MAX_TOKENS
+    for length in range(1, kernel_lengths.MAX_TOKENS + 1):
+        assert kernel_lengths.bucket(length) in warmed, length
+    for length in (289, 364, 798, 3900, 7900):
+        assert length in steps.WARM_LENGTHS  # the shapes' own lengths, compiled exactly as they are sent
+    assert any(4097 <= length <= 6144 for length in steps.WARM_LENGTHS)  # check 5's probes cross it
+
+
+def test_the_buckets_are_fla_0_5_2s_l2norm_keys_on_the_models_heads():
+    from fixture_checkpoint.synthetic import SIZES
+
+    assert kernel_lengths.HEADS == SIZES["full"]["text"]["linear_num_value_heads"]
+    # fla 0.5.2: NB = cdiv(rows, 2048 * 32), rows = tokens x heads: one bucket per 2,048 tokens with 32 heads
+    assert [kernel_lengths.bucket(tokens) for tokens in (1, 2048, 2049, 4096, 4097, 6144, 6145, 8192)] == \
+        [1, 1, 2, 2, 3, 3, 4, 4]
+    assert kernel_lengths.sent_buckets() == {1, 2, 3, 4}
+
+
+def test_the_shapes_lengths_are_warmed_first_so_a_cut_warm_up_has_done_the_timed_ones():
+    timed = [target for _, _, target, is_timed in shapes.SHAPES.values() if target and is_timed]
+    assert steps.WARM_LENGTHS[:len(timed) + len(kernel_lengths.CRITERIA_CALLS)] == \
+        [timed[0], *kernel_lengths.CRITERIA_CALLS, *timed[1:]]
+
+
+def test_the_in_process_step_says_which_lengths_compiled_where(tmp_path):
+    fitted = {"anchor": {"tokens": [289]}, "criteria21": {"tokens": [798, 364]}, "long16": {"tokens": [3900]},
+              "probe": {"tokens": [7900]}}
+    ctx = _context(tmp_path, fitted=fitted)
+    (ctx.out / "kernel-warmup.json").write_text(json.dumps({"lengths": {
+        "289": {"first_seconds": 9.0, "second_seconds": 0.01}, "798": {"first_seconds": 1.0, "second_seconds": 0.01},
+        "3900": {"error": "CompilationError"}}}))  # cut before 7,900, failed at 3,900
+    result = {"bound": {"gated_delta_rule": {"path": steps.FAST}}}
+    assert steps._where_compiled(ctx, result) == {
+        "anchor": {"289": "warm-up"}, "criteria21": {"798": "warm-up", "364": "warm-up"},
+        "long16": {"3900": "in-process"}, "probe": {"7900": "in-process"}}
+    assert steps._where_compiled(ctx, {"bound": {"gated_delta_rule": {"path": "reference"}}}) is None
