@@ -29,13 +29,14 @@ def haproxy_binary() -> str:
 
 class HAProxyServer(ManagedProcess):
     def __init__(self, servers: list[tuple[str, str]], folder: Path, port: int | None = None,
-                 check_inter: str = "1s", maxconn: int | None = None):
+                 check_inter: str = "1s", maxconn: int | None = None, **options):
+        """options: haproxy_config's other keywords (the per-source bounds, the body limit, ...)."""
         self.port = port or free_port()
         self.config_path = folder / "haproxy.cfg"
         folder.mkdir(parents=True, exist_ok=True)
         limits = {} if maxconn is None else {"maxconn": maxconn}
         self.config_path.write_text(renderer().haproxy_config(servers, f"127.0.0.1:{self.port}",
-                                                              check_inter=check_inter, **limits))
+                                                              check_inter=check_inter, **limits, **options))
         super().__init__("haproxy", [haproxy_binary(), "-db", "-f", str(self.config_path)], {},
                          folder / "haproxy.log", f"{self.url}/health")
 

@@ -29,6 +29,22 @@ HTTP_REQUEST_TIMEOUT = "5s"  # the request line and headers
 BODY_WAIT = "1s"  # from the headers to the whole body, or its first buffer (tune.bufsize, 16 KiB); else 408 here
 CLIENT_TIMEOUT = "5s"  # a client silent this long while it owes bytes
 FASTINTER = "250ms"  # checks while a replica changes state, and the next one after a 5xx
+# A check answered later than this is a failed check; `fall 3` in a row take a replica out, so one slow /health (an
+# event loop busy for a few seconds) never does.
+TIMEOUT_CHECK = "3s"
+# Per source address (docs/scaling-out.md, "The balancer's bounds"): connections open at once, requests per period.
+PER_SOURCE_CONNECTIONS = 64
+PER_SOURCE_REQUESTS = 600
+RATE_PERIOD = "10s"
+# Requests at once on one shim (below its MAX_CONNECTIONS, 256; above its MAX_QUEUE, 32, so that its own 429 busy
+# still answers a full replica), and how long a request may wait here for one when every shim is at it.
+SERVER_MAXCONN = 64
+TIMEOUT_QUEUE = "5s"
+MAX_BODY_BYTES = 1024 * 1024  # the shim's default: a declared Content-Length above it is refused here
+# HAProxy's HTTP log with the path alone (%HP) where `option httplog` logs the whole request line (%r): a query
+# string, a token pasted into a URL among others, never reaches the log.
+LOG_FORMAT = ("%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq "
+              "%HM %{+Q}HP %HV")
 # The drain rule's margin (stop_grace_seconds): the shim's answers and exit, and in a pod Triton's own stop after the
 # shim (--exit-timeout-secs=10, its watchdog 5 s more), which shares the pod's grace period.
 GRACE_MARGIN_SECONDS = 30
@@ -36,12 +52,25 @@ GRACE_MARGIN_SECONDS = 30
 TIMING_SETTINGS = {"drain_seconds": "INTERN_DECISION_DRAIN_SECONDS",
                    "call_timeout": "INTERN_DECISION_CALL_TIMEOUT_SECONDS",
                    "max_calls": "INTERN_DECISION_MAX_DECISIONS"}
+BODY_SETTING = "INTERN_DECISION_MAX_BODY_BYTES"
 
 
 def longest_request_seconds(max_calls: int = MAX_CALLS, call_timeout: float = CALL_TIMEOUT_SECONDS) -> int:
     """What one request may take at most once it reaches the lock: every call at its timeout. Its calls go to Triton
     as one inference whose timeout is CALL_TIMEOUT_SECONDS per call (shim/port/triton.py)."""
     return math.ceil(max_calls * call_timeout)
+
+
+def ping_timeout_seconds(max_calls: int = MAX_CALLS, call_timeout: float = CALL_TIMEOUT_SECONDS) -> int:
+    """How long a ping through the model may take before it counts as failed (Triton's liveness: the watchdog in
+    Compose, the liveness probe in Kubernetes). The model runs one inference at a time, so a ping sent while the
+    longest request the settings allow is scoring waits behind it, then takes one call of its own:
+
+        ping timeout = MAX_DECISIONS x CALL_TIMEOUT_SECONDS + CALL_TIMEOUT_SECONDS   (64 x 120 + 120 = 7,800 s)
+
+    Any shorter and a long legitimate request gets Triton killed mid-request. A dead model process is still caught
+    at once: its pings fail with an error, they do not hang."""
+    return longest_request_seconds(max_calls, call_timeout) + math.ceil(call_timeout)
 
 
 def stop_grace_seconds(drain_seconds: float = DRAIN_SECONDS, call_timeout: float = CALL_TIMEOUT_SECONDS,
@@ -57,6 +86,17 @@ def stop_grace_seconds(drain_seconds: float = DRAIN_SECONDS, call_timeout: float
     most MAX_DECISIONS calls, each bounded by CALL_TIMEOUT_SECONDS (longest_request_seconds). The margin covers the
     answers, the exit and, in a pod, Triton's own stop after the shim."""
     return math.ceil(drain_seconds + longest_request_seconds(max_calls, call_timeout) + GRACE_MARGIN_SECONDS)
+
+
+def max_body_bytes_from_env_file(path: Path) -> int:
+    """MAX_BODY_BYTES from the shim's env file, the shim's default where it is not set: HAProxy refuses a body
+    declared above it before a shim sees it."""
+    if path.exists():
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition("=")
+            if name.strip() == BODY_SETTING and value.strip():
+                return int(value.strip())
+    return MAX_BODY_BYTES
 
 
 def timing_from_env_file(path: Path) -> dict:
@@ -76,7 +116,11 @@ def timing_from_env_file(path: Path) -> dict:
 
 def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request_seconds: int | None = None,
                    check_inter: str = "1s", fastinter: str = FASTINTER, maxconn: int = 4096,
-                   log_to_stdout: bool = True, docker_dns: bool = False) -> str:
+                   log_to_stdout: bool = True, docker_dns: bool = False,
+                   per_source_connections: int = PER_SOURCE_CONNECTIONS,
+                   per_source_requests: int = PER_SOURCE_REQUESTS, rate_period: str = RATE_PERIOD,
+                   server_maxconn: int = SERVER_MAXCONN, timeout_queue: str = TIMEOUT_QUEUE,
+                   timeout_check: str = TIMEOUT_CHECK, max_body_bytes: int = MAX_BODY_BYTES) -> str:
     """The template with one `server NAME ADDRESS` line per replica's shim. docker_dns: names are resolved by
     Docker's DNS, again whenever a container comes back with another address, and one not up yet starts down."""
     if not servers or len({name for name, _ in servers}) != len(servers):
@@ -85,10 +129,13 @@ def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request
     return Template(TEMPLATE.read_text()).substitute(
         maxconn=maxconn, bind=bind, check_inter=check_inter, fastinter=fastinter, timeout_request=f"{seconds}s",
         timeout_http_request=HTTP_REQUEST_TIMEOUT, timeout_client=CLIENT_TIMEOUT, body_wait=BODY_WAIT,
+        per_source_connections=per_source_connections, per_source_requests=per_source_requests,
+        rate_period=rate_period, server_maxconn=server_maxconn, timeout_queue=timeout_queue,
+        timeout_check=timeout_check, max_body_bytes=max_body_bytes,
         resolvers=("resolvers docker\n    nameserver dns 127.0.0.11:53\n    hold valid 10s\n\n" if docker_dns else ""),
         server_options=" resolvers docker init-addr last,libc,none" if docker_dns else "",
         log_global="    log stdout format raw local0 info" if log_to_stdout else "",
-        log_defaults="    log global\n    option httplog" if log_to_stdout else "",
+        log_defaults=f'    log global\n    log-format "{LOG_FORMAT}"' if log_to_stdout else "",
         servers="\n".join(f"    server {name} {address}" for name, address in servers))
 
 
@@ -106,14 +153,16 @@ def _hardened(memory: str, tmpfs: list[str] | None = None) -> dict:
             "security_opt": ["no-new-privileges:true"], "mem_limit": memory}
 
 
-def _triton(gpu: int) -> dict:
+def _triton(gpu: int, ping_timeout: int) -> dict:
     return {
         "build": {"context": "../..", "dockerfile": "docker/triton/Dockerfile"},
         "image": "intern-decision-triton:local",
         "env_file": ["../triton.env"],
         "environment": {"INTERN_DECISION_DEVICE": "cuda",
                         "INTERN_DECISION_TRITON_API_KEY_FILE": "/run/secrets/triton_api_key",
-                        "HOME": TRITON_HOME, "TRITON_CACHE_DIR": TRITON_CACHE_DIR},
+                        "HOME": TRITON_HOME, "TRITON_CACHE_DIR": TRITON_CACHE_DIR,
+                        # the watchdog's and the healthcheck's ping: behind the longest request (ping_timeout_seconds)
+                        "INTERN_DECISION_PING_TIMEOUT_SECONDS": str(ping_timeout)},
         "secrets": ["triton_api_key"],  # its own key only: never the API token (the checkpoint's code runs here)
         "volumes": [{"type": "bind", "source": "${HF_CACHE:-/srv/hf}", "target": "/hf", "read_only": True,
                      "bind": {"create_host_path": False}}],
@@ -123,7 +172,7 @@ def _triton(gpu: int) -> dict:
         "deploy": {"resources": {"reservations": {"devices": [
             {"driver": "nvidia", "device_ids": [str(gpu)], "capabilities": ["gpu"]}]}}},
         "healthcheck": {"test": ["CMD", "/opt/venv/bin/python", "/opt/intern-decision/healthcheck.py", "triton"],
-                        "interval": "15s", "timeout": "10s", "retries": 3, "start_period": "600s"},
+                        "interval": "15s", "timeout": f"{ping_timeout + 10}s", "retries": 3, "start_period": "600s"},
         # The watchdog exits 3 when the model stays unreachable: the restart is the heal.
         "restart": "on-failure:5",
         "stop_grace_period": "45s",
@@ -167,9 +216,11 @@ def compose_file(gpus: int, next_token: bool = False, timing: dict | None = None
     if gpus < 1:
         raise ValueError(f"GPUS must be at least 1, got {gpus}")
     grace_seconds = stop_grace_seconds(**(timing or {}))
+    ping_timeout = ping_timeout_seconds(**{key: value for key, value in (timing or {}).items()
+                                           if key != "drain_seconds"})
     services: dict = {}
     for gpu in range(gpus):
-        services[f"triton-{gpu}"] = _triton(gpu)
+        services[f"triton-{gpu}"] = _triton(gpu, ping_timeout)
         services[f"shim-{gpu}"] = _shim(gpu, next_token, grace_seconds)
     services["haproxy"] = {
         "image": "haproxy:2.6",
@@ -227,8 +278,10 @@ def gpus_from_env_file(path: Path) -> int:
     return 1
 
 
-def render(gpus: int, out: Path, next_token: bool = False, timing: dict | None = None) -> list[Path]:
-    """timing: the shim's settings the drain rule and HAProxy's server timeout read (timing_from_env_file)."""
+def render(gpus: int, out: Path, next_token: bool = False, timing: dict | None = None,
+           max_body_bytes: int = MAX_BODY_BYTES) -> list[Path]:
+    """timing: the shim's settings the drain rule and HAProxy's server timeout read (timing_from_env_file);
+    max_body_bytes: the shim's MAX_BODY_BYTES (max_body_bytes_from_env_file)."""
     timing = timing or {}
     out.mkdir(parents=True, exist_ok=True)
     servers = [(f"shim-{gpu}", f"triton-{gpu}:{SHIM_PORT}") for gpu in range(gpus)]
@@ -237,7 +290,7 @@ def render(gpus: int, out: Path, next_token: bool = False, timing: dict | None =
         "compose.yaml": "# Rendered by docker/multi_gpu.py; do not edit (JSON is YAML).\n"
                         + json.dumps(compose_file(gpus, next_token, timing), indent=2) + "\n",
         "haproxy.cfg": haproxy_config(servers, f"0.0.0.0:{SHIM_PORT}", timeout_request_seconds=longest + 60,
-                                      docker_dns=True),
+                                      docker_dns=True, max_body_bytes=max_body_bytes),
         "prometheus.yml": prometheus_config(gpus),
     }
     written = []
@@ -255,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="during a rotation: the shims also accept docker/secrets/api_token_next")
     args = parser.parse_args(argv)
     gpus = args.gpus if args.gpus is not None else gpus_from_env_file(DOCKER / ".env")
-    for path in render(gpus, args.out, args.next_token, timing_from_env_file(DOCKER / "shim.env")):
+    shim_env = DOCKER / "shim.env"
+    for path in render(gpus, args.out, args.next_token, timing_from_env_file(shim_env),
+                       max_body_bytes_from_env_file(shim_env)):
         print(path)
     return 0
 

@@ -130,8 +130,58 @@ def test_haproxy_judges_replicas_by_health_alone_and_skips_gone_clients(rendered
     assert "mark-down" not in default_server and "sudden-death" not in default_server
     on_error = re.findall(r"on-error (\S+)", default_server)
     assert on_error in ([], ["fastinter"])  # an answer at most brings the next check forward
-    assert "fall 2" in default_server and re.search(r"fastinter \d+ms", default_server)
+    assert re.search(r"fastinter \d+ms", default_server)
     assert re.search(r"^\s+option abortonclose$", config, re.M)
+
+
+def test_haproxys_checks_tolerate_one_slow_answer(rendered):
+    config = (rendered / "haproxy.cfg").read_text()
+    (default_server,) = re.findall(r"^\s+default-server (.+)$", config, re.M)
+    # A check unanswered within `timeout check` fails; one failure (a slow /health) never takes a replica out.
+    assert int(re.search(r"\bfall (\d+)", default_server).group(1)) >= 3
+    timeouts = dict(re.findall(r"^\s+timeout (\S+) (\S+)$", config, re.M))
+    assert 2 <= seconds_of(timeouts["check"]) <= 5
+
+
+def test_haproxy_bounds_each_source_and_each_shim(rendered):
+    config = (rendered / "haproxy.cfg").read_text()
+    module = renderer()
+    (table,) = re.findall(r"^\s+stick-table (.+)$", config, re.M)
+    assert "conn_cur" in table and f"http_req_rate({module.RATE_PERIOD})" in table
+    assert re.search(r"^\s+tcp-request connection track-sc0 src$", config, re.M)
+    assert re.search(rf"^\s+acl over_connections sc0_conn_cur gt {module.PER_SOURCE_CONNECTIONS}$", config, re.M)
+    assert re.search(rf"^\s+acl over_rate sc0_http_req_rate gt {module.PER_SOURCE_REQUESTS}$", config, re.M)
+    # Every refusal of the frontend: the envelope, the shim's code for its status, the connection closed.
+    returns = re.findall(r"^\s+http-request return status (\d+) (.+)$", config, re.M)
+    codes = {status: re.search(r'\\"code\\":\\"(\w+)\\"', rest).group(1) for status, rest in returns}
+    assert codes == {"429": "busy", "401": "unauthorized", "413": "request_too_large"}
+    assert all("hdr Connection close" in rest for _, rest in returns)
+    assert all("hdr Retry-After 1" in rest for status, rest in returns if status == "429")
+    # Refused before the body is waited for.
+    assert config.index("http-request return") < config.index("http-request wait-for-body")
+    (default_server,) = re.findall(r"^\s+default-server (.+)$", config, re.M)
+    assert f"maxconn {module.SERVER_MAXCONN}" in default_server
+    timeouts = dict(re.findall(r"^\s+timeout (\S+) (\S+)$", config, re.M))
+    assert seconds_of(timeouts["queue"]) <= 10
+
+
+def test_haproxys_log_names_the_path_never_the_query_string(rendered):
+    config = (rendered / "haproxy.cfg").read_text()
+    assert "option httplog" not in config  # its format logs the whole request line (%r)
+    (log_format,) = re.findall(r'^\s+log-format "(.+)"$', config, re.M)
+    fetches = re.findall(r"%(?:\{[^}]*\})?(\w+)", log_format)
+    assert "HP" in fetches and not {"r", "HU", "HQ"} & set(fetches)  # the path; never the line, URI or query
+
+
+def test_the_body_limit_at_the_balancer_is_the_shims(tmp_path):
+    module = renderer()
+    env = tmp_path / "shim.env"
+    env.write_text("INTERN_DECISION_MAX_BODY_BYTES=2048\n")
+    assert module.timing_from_env_file(env) == {}
+    assert module.max_body_bytes_from_env_file(env) == 2048
+    assert module.max_body_bytes_from_env_file(tmp_path / "missing.env") == module.MAX_BODY_BYTES
+    module.render(1, tmp_path / "out", max_body_bytes=2048)
+    assert re.search(r"req.hdr_val\(content-length\) gt 2048$", (tmp_path / "out" / "haproxy.cfg").read_text(), re.M)
 
 
 def test_haproxy_accepts_the_rendered_configuration(rendered):
