@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.kernels and args.kernels.is_dir():
         sys.path.insert(0, str(args.kernels))
-    lengths = list(dict.fromkeys(int(part) for part in args.lengths.split(",")))  # in the order given: most needed first
+    lengths = list(dict.fromkeys(int(part) for part in args.lengths.split(",")))  # as given: the most needed first
     begun = time.monotonic()
     result = {"device": args.device, "dtype": args.dtype, "fla": kernels.package_version("fla") or None,
               "lengths": {}, "warmed": False}
