@@ -2,6 +2,7 @@
 shim in Triton's network namespace, like a pod), HAProxy in front of the shims, Prometheus scraping every replica.
 
     python docker/multi_gpu.py [--gpus N] [--out DIR] [--next-token]
+    python docker/multi_gpu.py --balancer-only    # HAProxy's configuration for docker/compose.yaml (one GPU)
 
 N is GPUS in docker/.env (default 1) unless given; DIR defaults to docker/multi-gpu/. Writes DIR/compose.yaml,
 DIR/haproxy.cfg and DIR/prometheus.yml; then `docker compose -f docker/multi-gpu/compose.yaml up -d --build`
@@ -300,15 +301,34 @@ def render(gpus: int, out: Path, next_token: bool = False, timing: dict | None =
     return written
 
 
+SINGLE_GPU_BALANCER = DOCKER / "haproxy" / "haproxy.cfg"  # docker/compose.yaml mounts it
+
+
+def balancer_config(timing: dict | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> str:
+    """HAProxy's configuration for docker/compose.yaml's one replica: the same template and bounds as N GPUs, its
+    one server the shim in Triton's network namespace (triton:8080)."""
+    longest = longest_request_seconds(**{key: value for key, value in (timing or {}).items()
+                                         if key != "drain_seconds"})
+    return haproxy_config([("shim", f"triton:{SHIM_PORT}")], f"0.0.0.0:{SHIM_PORT}",
+                          timeout_request_seconds=longest + 60, docker_dns=True, max_body_bytes=max_body_bytes)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="multi_gpu.py")
     parser.add_argument("--gpus", type=int, help="default: GPUS in docker/.env, else 1")
     parser.add_argument("--out", type=Path, default=DOCKER / "multi-gpu")
     parser.add_argument("--next-token", action="store_true",
                         help="during a rotation: the shims also accept docker/secrets/api_token_next")
+    parser.add_argument("--balancer-only", action="store_true",
+                        help=f"only HAProxy's configuration for docker/compose.yaml (one GPU): {SINGLE_GPU_BALANCER}")
     args = parser.parse_args(argv)
-    gpus = args.gpus if args.gpus is not None else gpus_from_env_file(DOCKER / ".env")
     shim_env = DOCKER / "shim.env"
+    if args.balancer_only:
+        SINGLE_GPU_BALANCER.write_text(balancer_config(timing_from_env_file(shim_env),
+                                                       max_body_bytes_from_env_file(shim_env)))
+        print(SINGLE_GPU_BALANCER)
+        return 0
+    gpus = args.gpus if args.gpus is not None else gpus_from_env_file(DOCKER / ".env")
     for path in render(gpus, args.out, args.next_token, timing_from_env_file(shim_env),
                        max_body_bytes_from_env_file(shim_env)):
         print(path)

@@ -3,10 +3,15 @@
     python start_triton.py [extra tritonserver arguments ...]
 
 Reads Triton's API key from INTERN_DECISION_TRITON_API_KEY_FILE (default /run/secrets/triton_api_key, the compose
-secret the shim reads too) and puts it on tritonserver's command line, which is the only way Triton takes it:
-every HTTP call to the restricted APIs must then carry the header `triton-api-key: <key>` (gRPC:
-`triton-grpc-protocol-triton-api-key`). Health and metadata stay open, for the healthcheck and the shim's
-readiness probe. The key never enters the environment.
+secret the shim reads too) and puts it on tritonserver's command line, which is the only way Triton takes it
+(--http-restricted-api has no file or environment form): every HTTP call to the restricted APIs must then carry the
+header `triton-api-key: <key>`. Health and metadata stay open, for the healthcheck and the shim's readiness probe.
+The key never enters the environment.
+
+Triton's HTTP API listens on 127.0.0.1 only: its one client, the shim, shares its network namespace (the pod; in
+Compose the shim runs in Triton's namespace), so the key on the command line, which anyone who can list the node's
+processes can read, opens nothing that they can reach. gRPC is off: nothing uses it. The metrics port listens on
+every address (METRICS_ADDRESS), for Prometheus; it is read-only and needs no key.
 
 tritonserver runs under watchdog.py, which ends it with a non-zero status when the model stays unreachable, so
 that the container's restart policy brings a new one (the heal by restart).
@@ -36,11 +41,17 @@ HEADER = "triton-api-key"
 RESTRICTED = ("inference", "model-repository", "model-config", "shared-memory", "logging", "statistics", "trace")
 MODEL = "intern_decision"
 EXIT_TIMEOUT_SECONDS = 10
+HTTP_ADDRESS = "127.0.0.1"
+METRICS_ADDRESS = "0.0.0.0"
+# The watchdog's ping timeout: behind the longest request the shim's settings allow (docker/multi_gpu.py,
+# ping_timeout_seconds), set by the deployment; else the watchdog's own default.
+PING_TIMEOUT_VARIABLE = "INTERN_DECISION_PING_TIMEOUT_SECONDS"
 SHM_PREFIX = "intern_decision_"
 SHARED_MEMORY = Path("/dev/shm")
 _KEY = re.compile(r"[A-Za-z0-9_-]{32,512}")
 _OWNED = ("--model-repository", "--model-store", "--http-restricted-api", "--grpc-restricted-protocol",
-          "--http-port", "--grpc-port", "--metrics-port", "--model-control-mode", "--load-model")
+          "--http-port", "--grpc-port", "--metrics-port", "--model-control-mode", "--load-model",
+          "--http-address", "--grpc-address", "--metrics-address", "--allow-grpc", "--allow-http")
 
 
 class Refused(Exception):
@@ -83,15 +94,33 @@ def command(key: str, extra: list[str]) -> list[str]:
         f"--load-model={MODEL}",
         "--exit-on-error=true",
         "--strict-readiness=true",
+        f"--http-address={HTTP_ADDRESS}",
         "--http-port=8000",
-        "--grpc-port=8001",
+        "--allow-grpc=false",
+        f"--metrics-address={METRICS_ADDRESS}",
         "--metrics-port=8002",
         f"--http-restricted-api={apis}:{HEADER}={key}",
-        f"--grpc-restricted-protocol={apis}:{HEADER}={key}",
         f"--exit-timeout-secs={EXIT_TIMEOUT_SECONDS}",
         f"--backend-config=python,shm-region-prefix-name={SHM_PREFIX}",
         *extra,
     ]
+
+
+def watchdog_arguments(env: Mapping[str, str], command_line: list[str]) -> list[str]:
+    """watchdog.py's argv: the key file, the exit timeout, the shared-memory prefix, the ping timeout when the
+    deployment sets one (a positive number of seconds), then tritonserver's command."""
+    arguments = ["--key-file", str(key_path(env)), "--exit-timeout", str(EXIT_TIMEOUT_SECONDS + 5),
+                 "--shm-prefix", SHM_PREFIX]
+    raw = env.get(PING_TIMEOUT_VARIABLE, "")
+    if raw:
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = 0.0
+        if not seconds > 0:
+            raise Refused(f"{PING_TIMEOUT_VARIABLE} must be a positive number of seconds, got {raw!r}")
+        arguments += ["--ping-timeout", f"{seconds:g}"]
+    return [*arguments, "--", *command_line]
 
 
 def remove_stale_regions(shared_memory: Path = SHARED_MEMORY) -> list[Path]:
@@ -110,7 +139,7 @@ def main(argv: list[str], env: Mapping[str, str]) -> list[str]:
 
 if __name__ == "__main__":
     try:
-        args = main(sys.argv[1:], os.environ)
+        supervised = watchdog_arguments(os.environ, main(sys.argv[1:], os.environ))
     except Refused as exc:
         print(f"refusing to start: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -118,5 +147,4 @@ if __name__ == "__main__":
         print(f"removed a stale shared-memory region: {region}", file=sys.stderr)
     import watchdog  # beside this script in the image
 
-    sys.exit(watchdog.main(["--key-file", str(key_path(os.environ)),
-                            "--exit-timeout", str(EXIT_TIMEOUT_SECONDS + 5), "--shm-prefix", SHM_PREFIX, "--", *args]))
+    sys.exit(watchdog.main(supervised))

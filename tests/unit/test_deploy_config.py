@@ -40,8 +40,8 @@ def mentions(service: dict, text: str) -> bool:
 
 # --- secrets and env files -----------------------------------------------------------------------------------
 
-def test_the_three_services_exist(services):
-    assert set(services) == {"triton", "shim", "prometheus"}
+def test_the_four_services_exist(services):
+    assert set(services) == {"triton", "shim", "haproxy", "prometheus"}
 
 
 def test_no_env_file_is_shared_between_services(services):
@@ -52,7 +52,7 @@ def test_no_env_file_is_shared_between_services(services):
             seen[path] = name
     assert env_files(services["triton"]) == ["triton.env"]
     assert env_files(services["shim"]) == ["shim.env"]
-    assert env_files(services["prometheus"]) == []
+    assert env_files(services["prometheus"]) == [] and env_files(services["haproxy"]) == []
 
 
 def test_every_env_file_has_a_template_and_is_ignored_by_git(services):
@@ -114,22 +114,46 @@ def test_tritons_api_key_is_one_secret_for_tritonserver_and_the_shim(services):
     assert start.DEFAULT_KEY_FILE == path
     argv = start.command("k" * 32, [])
     restricted = [arg for arg in argv if "restricted" in arg]
-    assert restricted == [f"--http-restricted-api={','.join(start.RESTRICTED)}:triton-api-key={'k' * 32}",
-                          f"--grpc-restricted-protocol={','.join(start.RESTRICTED)}:triton-api-key={'k' * 32}"]
+    assert restricted == [f"--http-restricted-api={','.join(start.RESTRICTED)}:triton-api-key={'k' * 32}"]
     assert {"inference", "model-repository", "logging", "shared-memory"} <= set(start.RESTRICTED)
     assert not {"health", "metadata"} & set(start.RESTRICTED)
 
 
 # --- ports and networks --------------------------------------------------------------------------------------
 
-def test_the_shim_is_published_on_localhost_only_by_default(services):
-    assert ports(services["shim"], {}) == [ports(services["shim"], {})[0]]
-    (port,) = ports(services["shim"], {})
+def test_one_gpu_gets_the_balancer_in_front_published_on_localhost_only_by_default(services):
+    # The shim is never published itself: HAProxy, with its per-source bounds, is in front of it as for N GPUs.
+    assert "ports" not in services["shim"]
+    published = {name for name, service in services.items() if service.get("ports")}
+    assert published == {"haproxy", "prometheus"}
+    (port,) = ports(services["haproxy"], {})
     assert (port.host_ip, port.published, port.target) == ("127.0.0.1", "8080", "8080")
     # SHIM_BIND (documented in docker/.env.example) is the one way to publish it wider.
-    (wider,) = ports(services["shim"], {"SHIM_BIND": "0.0.0.0"})
+    (wider,) = ports(services["haproxy"], {"SHIM_BIND": "0.0.0.0"})
     assert wider.host_ip == "0.0.0.0"
     assert "SHIM_BIND" in env_file_names(DOCKER / ".env.example")
+    renderer = load_script("docker/multi_gpu.py")
+    assert services["haproxy"]["image"] == renderer.compose_file(1)["services"]["haproxy"]["image"]
+    (mount,) = services["haproxy"]["volumes"]
+    assert mount["source"] == "./haproxy/haproxy.cfg" and mount["bind"] == {"create_host_path": False}
+    assert (DOCKER / mount["source"]).resolve() == renderer.SINGLE_GPU_BALANCER
+    assert subprocess.run(["git", "check-ignore", "-q", "docker/haproxy/haproxy.cfg"], cwd=REPO).returncode == 0
+
+
+def test_the_single_gpu_balancer_is_the_production_template_for_one_shim(tmp_path):
+    renderer = load_script("docker/multi_gpu.py")
+    env = tmp_path / "shim.env"
+    env.write_text("INTERN_DECISION_CALL_TIMEOUT_SECONDS=30\nINTERN_DECISION_MAX_BODY_BYTES=4096\n")
+    config = renderer.balancer_config(renderer.timing_from_env_file(env), renderer.max_body_bytes_from_env_file(env))
+    assert re.findall(r"^\s+server (\S+) (\S+)$", config, re.M) == [("shim", "triton:8080")]
+    assert re.search(r"^\s+timeout server (\d+)s$", config, re.M).group(1) == str(64 * 30 + 60)
+    assert re.search(r"req.hdr_val\(content-length\) gt 4096$", config, re.M)
+    assert "stick-table" in config and "resolvers docker" in config
+    path = tmp_path / "haproxy.cfg"
+    path.write_text(config)
+    from devstack.haproxy import haproxy_binary
+    result = subprocess.run([haproxy_binary(), "-c", "-f", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
 
 
 def test_every_published_port_is_bound_to_an_address(services):
@@ -146,7 +170,10 @@ def test_tritons_ports_are_not_published_and_live_on_an_internal_network(compose
             assert port.target not in ("8000", "8001", "8002")
     networks = compose["networks"]
     assert triton["networks"] == ["backend"] and networks["backend"]["internal"] is True
-    assert set(services["shim"]["networks"]) == {"backend", "edge"}
+    # The shim in Triton's namespace, as in a pod: Triton's API on 127.0.0.1 reaches it and nothing else.
+    assert services["shim"]["network_mode"] == "service:triton" and "networks" not in services["shim"]
+    assert environment(services["shim"])["INTERN_DECISION_TRITON_URL"] == "127.0.0.1:8000"
+    assert set(services["haproxy"]["networks"]) == {"backend", "edge"}
     assert set(services["prometheus"]["networks"]) >= {"backend"}
 
 
@@ -158,8 +185,8 @@ def test_the_shims_metrics_port_is_not_published_and_prometheus_scrapes_both(ser
     targets = {job["job_name"]: [t for static in job["static_configs"] for t in static["targets"]]
                for job in config["scrape_configs"]}
     assert targets["triton"] == ["triton:8002"]
-    assert targets["shim"] == [f"shim:{metrics_port}"]
-    assert environment(services["shim"])["INTERN_DECISION_TRITON_METRICS_URL"] == "http://triton:8002/metrics"
+    assert targets["shim"] == [f"triton:{metrics_port}"]  # the shim shares Triton's address
+    assert environment(services["shim"])["INTERN_DECISION_TRITON_METRICS_URL"] == "http://127.0.0.1:8002/metrics"
 
 
 def test_prometheus_loads_the_alert_rules_from_beside_its_config(services):
@@ -173,7 +200,8 @@ def test_prometheus_loads_the_alert_rules_from_beside_its_config(services):
 def test_which_container_sees_which_secret(services):
     seen = {name: sorted(secret_names(service)) for name, service in services.items()}
     # Triton runs the checkpoint's own code: its key only, never the API token.
-    assert seen == {"triton": [TRITON_KEY_SECRET], "shim": [API_TOKEN_SECRET, TRITON_KEY_SECRET], "prometheus": []}
+    assert seen == {"triton": [TRITON_KEY_SECRET], "shim": [API_TOKEN_SECRET, TRITON_KEY_SECRET], "haproxy": [],
+                    "prometheus": []}
 
 
 # --- hardening, caches, the grace period ---------------------------------------------------------------------
@@ -213,6 +241,18 @@ def test_the_shims_stop_grace_period_is_the_drain_rule(services):
     assert rule.stop_grace_seconds(**settings) > rule.DRAIN_SECONDS + rule.longest_request_seconds()
     # Triton, stopped after the shim, keeps its own: above its --exit-timeout-secs and its watchdog's 5 s more.
     assert int(services["triton"]["stop_grace_period"].removesuffix("s")) > 15
+
+
+def test_tritons_liveness_ping_waits_out_the_longest_request_the_settings_allow(services):
+    rule = load_script("docker/multi_gpu.py")
+    settings = rule.timing_from_env_file(DOCKER / "shim.env.example")
+    settings.pop("drain_seconds", None)
+    ping = rule.ping_timeout_seconds(**settings)
+    # One request of MAX_DECISIONS calls at CALL_TIMEOUT_SECONDS each holds the model; the ping then runs its own.
+    assert ping == rule.longest_request_seconds(**settings) + rule.CALL_TIMEOUT_SECONDS == 64 * 120 + 120
+    triton = services["triton"]
+    assert environment(triton)["INTERN_DECISION_PING_TIMEOUT_SECONDS"] == str(ping)  # the watchdog's and the check's
+    assert int(triton["healthcheck"]["timeout"].removesuffix("s")) > ping
 
 
 # --- health, restarts, mounts --------------------------------------------------------------------------------

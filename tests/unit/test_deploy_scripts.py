@@ -32,7 +32,7 @@ def test_triton_starts_with_the_key_from_the_secret_file(start_triton, tmp_path)
     assert argv[0] == "tritonserver" and argv[-1] == "--log-verbose=1"
     assert "--model-repository=/models" in argv and "--load-model=intern_decision" in argv
     assert "--exit-on-error=true" in argv and "--strict-readiness=true" in argv
-    assert sum(arg.endswith(f":triton-api-key={KEY}") for arg in argv) == 2
+    assert sum(arg.endswith(f":triton-api-key={KEY}") for arg in argv) == 1  # HTTP's; gRPC is off
     assert "--exit-timeout-secs=10" in argv
     assert "--backend-config=python,shm-region-prefix-name=intern_decision_" in argv
 
@@ -67,8 +67,31 @@ def test_triton_refuses_the_shims_api_token(start_triton, tmp_path, name):
         start_triton.main([], env)
 
 
+def test_tritons_api_listens_on_loopback_only_grpc_is_off_and_the_metrics_stay_reachable(start_triton, tmp_path):
+    # The shim, its one client, shares Triton's network namespace (the pod; Compose's network_mode): nothing else
+    # reaches the API, whose key sits on the command line. Prometheus scrapes the metrics port from outside.
+    argv = start_triton.main([], key_env(tmp_path, KEY))
+    assert "--http-address=127.0.0.1" in argv and "--allow-grpc=false" in argv
+    assert "--metrics-address=0.0.0.0" in argv and "--metrics-port=8002" in argv
+    assert not [arg for arg in argv if arg.startswith(("--grpc-", "--allow-http"))]
+
+
+def test_the_watchdog_pings_with_the_deployments_timeout(start_triton, tmp_path):
+    env = key_env(tmp_path, KEY)
+    argv = start_triton.main([], env)
+    plain = start_triton.watchdog_arguments(env, argv)
+    assert plain[plain.index("--") + 1:] == argv and "--ping-timeout" not in plain  # the watchdog's own default
+    sized = start_triton.watchdog_arguments({**env, "INTERN_DECISION_PING_TIMEOUT_SECONDS": "7800"}, argv)
+    assert sized[sized.index("--ping-timeout") + 1] == "7800"
+    for bad in ("0", "-1", "soon", "nan"):
+        with pytest.raises(start_triton.Refused, match="INTERN_DECISION_PING_TIMEOUT_SECONDS"):
+            start_triton.watchdog_arguments({**env, "INTERN_DECISION_PING_TIMEOUT_SECONDS": bad}, argv)
+
+
 @pytest.mark.parametrize("argument", ["--http-restricted-api=inference:a=b", "--grpc-restricted-protocol=x",
-                                      "--model-repository=/tmp", "--http-port=9000", "--model-control-mode=none"])
+                                      "--model-repository=/tmp", "--http-port=9000", "--model-control-mode=none",
+                                      "--http-address=0.0.0.0", "--allow-grpc=true", "--grpc-address=0.0.0.0",
+                                      "--metrics-address=127.0.0.1"])
 def test_extra_arguments_cannot_replace_what_the_script_owns(start_triton, tmp_path, argument):
     with pytest.raises(start_triton.Refused, match="cannot be overridden"):
         start_triton.main([argument], key_env(tmp_path, KEY))
