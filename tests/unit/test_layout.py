@@ -114,10 +114,23 @@ def test_tests_share_helpers_and_fixtures_not_each_other():
 
 def test_the_distribution_lists_every_package_under_its_top_level_packages():
     """pyproject.toml names its packages one by one: a new subpackage must be added there, or a wheel leaves it out
-    (the editable install would still find it, so nothing else would notice)."""
+    (the editable install would still find it, so nothing else would notice). A directory of data files is listed
+    too, as a package of its own without an __init__.py, its files named in package-data (setuptools' way: it warns
+    of any importable directory it is not told about; tests/unit/test_distribution.py builds the wheel)."""
     import tomllib
 
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
     tops = {name.split(".")[0] for name in listed}
     found = {module_name(init.parent / "__init__.py") for top in tops for init in (ROOT / top).rglob("__init__.py")}
-    assert found == listed
+    data = {name for name in setuptools["package-data"] if not (ROOT / name.replace(".", "/") / "__init__.py").exists()}
+    assert [name for name in data if not (ROOT / name.replace(".", "/")).is_dir()] == []
+    assert found | data == listed
+
+
+def test_the_playground_imports_nothing_of_the_shim_and_only_the_app_imports_it():
+    """The page talks to the public API like any caller: its route module needs no part of the shim."""
+    assert not [(name, target) for name, imported in SHIM.items() if within(name, "shim.playground")
+                for target in imported if not within(target, "shim.playground")]
+    users = {name for name, imported in SHIM.items() if any(within(target, "shim.playground") for target in imported)}
+    assert {name for name in users if not within(name, "shim.playground")} == {"shim.app"}
