@@ -40,6 +40,8 @@ class ShimSettings:
     extra_model_names: tuple[str, ...] = ()
     model_release_date: str = DEFAULT_RELEASE_DATE
     max_batch_items: int = 32
+    # A body's gzip or zstd may decode to at most this many bytes per byte sent (shim/edge/encoding.py).
+    max_decode_ratio: int = 200
     # System One's operations as MCP tools at /mcp (shim/systemone/mcp.py); off where the mcp package is not
     # installed (the GPU check's environment).
     mcp: bool = True
@@ -91,6 +93,7 @@ class ShimSettings:
             extra_model_names=_model_names(env, "EXTRA_MODEL_NAMES"),
             model_release_date=_date(env, "MODEL_RELEASE_DATE", DEFAULT_RELEASE_DATE),
             max_batch_items=integer(env, "MAX_BATCH_ITEMS", 32),
+            max_decode_ratio=integer(env, "MAX_DECODE_RATIO", 200),
             mcp=_switch(env, "MCP", True),
         )
 

@@ -3,7 +3,8 @@ admission (shim/edge/admission.py) stands between them:
 
 - KnownEncoding: a Content-Encoding other than identity, gzip or zstd is 415, from the headers alone;
 - BodyReader, once admitted: the body (413) decoded (shim/edge/encoding.py) and counted as it arrives, chunked
-  bodies included; the limit is on the bytes sent and, for gzip and zstd, on the decoded bytes too. A declared
+  bodies included; the limit is on the bytes sent and, for gzip and zstd, on the decoded bytes too, as is
+  MAX_DECODE_RATIO (decoded bytes per byte sent, past the first 64 KiB decoded: encoding.RATIO_FLOOR). A declared
   Content-Length is trusted only when it is ASCII digits, and then refuses early, whatever the encoding. Decoding
   runs in bounded steps with the event loop free between them. The whole body must arrive within
   BODY_TIMEOUT_SECONDS of admission, else 408 and the connection is closed: a slow client cannot hold a queue slot;
@@ -45,10 +46,11 @@ class KnownEncoding:
 
 
 class BodyReader:
-    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_seconds: float):
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_seconds: float, max_decode_ratio: int):
         self.app = app
         self._max_body = max_body_bytes
         self._body_timeout = body_timeout_seconds
+        self._max_ratio = max_decode_ratio
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not is_post(scope):
@@ -65,8 +67,7 @@ class BodyReader:
                          {"Connection": "close"})
             return
         except BodyTooLarge as exc:
-            await refuse(scope, receive, send, TOO_LARGE,
-                         f"the body is larger than {self._max_body} bytes{_how(encoding, exc)} (MAX_BODY_BYTES)")
+            await refuse(scope, receive, send, TOO_LARGE, self._too_large(encoding, exc))
             return
         except UndecodableBody as exc:
             await refuse(scope, receive, send, INVALID, str(exc))
@@ -79,7 +80,7 @@ class BodyReader:
         decoded."""
         if declared is not None and declared > self._max_body:
             raise BodyTooLarge(sent=True)
-        decoder = BodyDecoder(encoding, self._max_body)
+        decoder = BodyDecoder(encoding, self._max_body, max_ratio=self._max_ratio)
         sent = 0
         while True:
             message = await receive()
@@ -93,6 +94,13 @@ class BodyReader:
                 await asyncio.sleep(0)  # the event loop runs between the decoder's steps
             if not message.get("more_body", False):
                 return decoder.body()
+
+
+    def _too_large(self, encoding: str, exc: BodyTooLarge) -> str:
+        if exc.ratio:
+            return (f"the body's {encoding} decodes to more than {self._max_ratio} times the bytes sent "
+                    f"(MAX_DECODE_RATIO)")
+        return f"the body is larger than {self._max_body} bytes{_how(encoding, exc)} (MAX_BODY_BYTES)"
 
 
 def _how(encoding: str, exc: BodyTooLarge) -> str:

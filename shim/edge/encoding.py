@@ -1,9 +1,11 @@
 """Request bodies sent with a Content-Encoding (gzip or zstd), decoded as they arrive, never past a limit, in time
 linear in the bytes sent and in bounded steps.
 
-The limit applies to the decoded bytes (the body reader bounds the bytes sent as well, shim/edge/body.py), and no
-decoder is ever asked for more than what is left of it plus one byte, so a small body that inflates past the limit
-costs no more memory than the limit. A decompressor is given at most IN_SLICE bytes and asked for at most OUT_SLICE
+The limit applies to the decoded bytes (the body reader bounds the bytes sent as well, shim/edge/body.py), and so
+does a ratio: past RATIO_FLOOR decoded bytes, a body may decode to at most max_ratio times the bytes sent so far
+(counted as they arrive, across every member or frame), so that a few bytes sent cannot make the shim decode and
+parse many. No decoder is ever asked for more than what is left of either plus one byte, so a small body that
+inflates past them costs no more memory than they allow. A decompressor is given at most IN_SLICE bytes and asked for at most OUT_SLICE
 bytes at once, and `steps` yields after each such piece, so that its caller can let the event loop run between them.
 A body may hold several gzip members or zstd frames, at most MAX_MEMBERS: what follows the end of one is found by its
 offset in the slice, never by copying the rest of the body, and the cap bounds the work a member's start costs (a
@@ -26,6 +28,8 @@ ENCODINGS = ("gzip", "zstd")
 IN_SLICE = 64 * 1024  # bytes of the body given to a decompressor at once
 OUT_SLICE = 256 * 1024  # decoded bytes asked of it at once
 MAX_MEMBERS = 64  # gzip members or zstd frames in one body
+RATIO_FLOOR = 64 * 1024  # decoded bytes a body may always reach, whatever it was sent as
+DEFAULT_MAX_RATIO = 200  # decoded bytes per byte sent (MAX_DECODE_RATIO)
 _MEMBER_WORD = {"gzip": "members", "zstd": "frames"}
 
 
@@ -34,11 +38,13 @@ class UnsupportedEncoding(ValueError):
 
 
 class BodyTooLarge(Exception):
-    """The body is over the limit (413): decoded, or (sent) as it came on the wire."""
+    """The body is over the limit (413): decoded, or (sent) as it came on the wire, or (ratio) it decodes to more
+    than max_ratio times the bytes sent."""
 
-    def __init__(self, sent: bool = False):
-        super().__init__(sent)
+    def __init__(self, sent: bool = False, ratio: bool = False):
+        super().__init__(sent, ratio)
         self.sent = sent
+        self.ratio = ratio
 
 
 class UndecodableBody(ValueError):
@@ -78,11 +84,15 @@ def content_encoding(values: list[str]) -> str:
 
 
 class BodyDecoder:
-    """Feeds the chunks of one body; counts the decoded bytes against `limit`. Identity passes the chunks on."""
+    """Feeds the chunks of one body; counts the decoded bytes against `limit` and, past RATIO_FLOOR, against
+    `max_ratio` times the bytes fed. Identity passes the chunks on."""
 
-    def __init__(self, encoding: str, limit: int, max_members: int = MAX_MEMBERS):
+    def __init__(self, encoding: str, limit: int, max_members: int = MAX_MEMBERS,
+                 max_ratio: int = DEFAULT_MAX_RATIO):
         self._encoding = encoding
         self._limit = limit
+        self._max_ratio = max_ratio
+        self._fed = 0
         self._max_members = max_members
         self._decompressor = None if encoding == IDENTITY else _DECOMPRESSORS[encoding]()
         self._members = 0 if self._decompressor is None else 1
@@ -98,6 +108,7 @@ class BodyDecoder:
         if self._decompressor is None:
             self._keep(chunk)
             return
+        self._fed += len(chunk)
         try:
             yield from self._inflate(memoryview(chunk))
         except (zlib.error, ZstdError) as exc:
@@ -134,13 +145,20 @@ class BodyDecoder:
         self._members += 1
         self._decompressor = _DECOMPRESSORS[self._encoding]()
 
+    def _allowed(self) -> int:
+        if self._decompressor is None:
+            return self._limit
+        return min(self._limit, max(RATIO_FLOOR, self._max_ratio * self._fed))
+
     def _room(self) -> int:
-        return self._limit - self._size
+        return self._allowed() - self._size
 
     def _keep(self, chunk: bytes) -> None:
         self._size += len(chunk)
         if self._size > self._limit:
             raise BodyTooLarge
+        if self._size > self._allowed():
+            raise BodyTooLarge(ratio=True)
         if chunk:
             self._chunks.append(chunk)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from wire import strict_json
 
+from ..edge.json_body import strict_body
 from ..port.invalid import InvalidRequest
 
 ORDERINGS = ("none", "rotations", "all")
@@ -60,9 +61,10 @@ class Decision:
         return [self.id] + [self.ordering_id(ordering) for ordering in range(self.ordering_count)]
 
 
-def parse_json(body: bytes) -> Any:
+async def parse_json(body: bytes) -> Any:
+    """The body's value, read off the event loop when it is large (shim/edge/json_body.py)."""
     try:
-        return strict_json.loads(body, "the body")
+        return await strict_body(body)
     except strict_json.NotStrictJson as exc:
         raise InvalidRequest(str(exc)) from None
 

@@ -12,11 +12,11 @@ from .service import DecisionService
 
 def semif_routes(service: DecisionService) -> list[Route]:
     async def decide(request: Request) -> JSONResponse:
-        state, decision = decide_body(parse_json(await request.body()))
+        state, decision = decide_body(await parse_json(await request.body()))
         return JSONResponse(await service.decide(state, decision, request.state.request_id))
 
     async def decide_shared(request: Request) -> JSONResponse:
-        state, decisions = shared_body(parse_json(await request.body()))
+        state, decisions = shared_body(await parse_json(await request.body()))
         return JSONResponse(await service.decide_shared(state, decisions, request.state.request_id))
 
     return [Route("/decide", decide, methods=["POST"]), Route("/decide/shared", decide_shared, methods=["POST"])]

@@ -8,13 +8,14 @@ from starlette.routing import Route
 
 from wire import strict_json
 
+from ..edge.json_body import strict_body
 from .request import SystemOneInvalid
 from .service import SystemOneService
 
 
-def _body(raw: bytes):
+async def _body(raw: bytes):
     try:
-        return strict_json.loads(raw, "the body")
+        return await strict_body(raw)
     except strict_json.NotStrictJson as exc:
         raise SystemOneInvalid(["body"], str(exc), "json_invalid") from None
 
@@ -24,10 +25,10 @@ def systemone_routes(service: SystemOneService) -> list[Route]:
         return JSONResponse(await service.models())
 
     async def system_one(request: Request) -> JSONResponse:
-        return JSONResponse(await service.answer(_body(await request.body()), request.state.request_id))
+        return JSONResponse(await service.answer(await _body(await request.body()), request.state.request_id))
 
     async def batch(request: Request) -> JSONResponse:
-        return JSONResponse(await service.batch(_body(await request.body()), request.state.request_id))
+        return JSONResponse(await service.batch(await _body(await request.body()), request.state.request_id))
 
     return [Route("/v1/models", models, methods=["GET"]), Route("/v1/systemone", system_one, methods=["POST"]),
             Route("/v1/systemone/batch", batch, methods=["POST"])]

@@ -9,8 +9,8 @@ import pytest
 from backports import zstd
 
 from shim.edge import encoding as encoding_module
-from shim.edge.encoding import (IN_SLICE, MAX_MEMBERS, OUT_SLICE, BodyDecoder, BodyTooLarge, UndecodableBody,
-                           UnsupportedEncoding, content_encoding)
+from shim.edge.encoding import (IN_SLICE, MAX_MEMBERS, OUT_SLICE, RATIO_FLOOR, BodyDecoder, BodyTooLarge,
+                                UndecodableBody, UnsupportedEncoding, content_encoding)
 
 BODY = b'{"state": "' + b"x" * 50_000 + b'"}'
 COMPRESS = {"gzip": gzip.compress, "zstd": zstd.compress}
@@ -110,9 +110,50 @@ def test_decoding_comes_in_bounded_steps(encoding):
     """Each step gives a decompressor at most IN_SLICE bytes and asks it for at most OUT_SLICE: a caller that lets
     the event loop run between steps is never held for more than one."""
     body = b"y" * (4 * OUT_SLICE)
-    decoder = BodyDecoder(encoding, len(body))
+    decoder = BodyDecoder(encoding, len(body), max_ratio=len(body))
     steps = sum(1 for _ in decoder.steps(COMPRESS[encoding](body)))
     assert steps >= 4 and decoder.body() == body
     sent = random.Random(0).randbytes(3 * IN_SLICE)  # incompressible: as many bytes sent as decoded
     decoder = BodyDecoder(encoding, len(sent))
     assert sum(1 for _ in decoder.steps(COMPRESS[encoding](sent))) >= 3 and decoder.body() == sent
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_the_decoded_count_runs_across_members_and_frames(encoding):
+    """Each member or frame is within the limit, their sum is not."""
+    member = random.Random(1).randbytes(40_000)  # incompressible: the ratio bound stays out of the way
+    raw = COMPRESS[encoding](member) * 3
+    within = BodyDecoder(encoding, 3 * len(member))
+    within.feed(raw)
+    assert within.body() == member * 3
+    with pytest.raises(BodyTooLarge) as refused:
+        BodyDecoder(encoding, 2 * len(member) + 1).feed(raw)
+    assert not refused.value.ratio
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_past_the_floor_a_body_decodes_to_at_most_max_ratio_times_the_bytes_sent(encoding):
+    body = b"[" * (4 * RATIO_FLOOR)
+    sent = COMPRESS[encoding](body)
+    ratio = len(body) // len(sent)
+    within = BodyDecoder(encoding, 10**7, max_ratio=ratio + 1)
+    within.feed(sent)
+    assert within.body() == body
+    with pytest.raises(BodyTooLarge) as refused:
+        BodyDecoder(encoding, 10**7, max_ratio=ratio // 2).feed(sent)
+    assert refused.value.ratio
+    small = b"[" * RATIO_FLOOR  # up to the floor, any ratio
+    floor = BodyDecoder(encoding, 10**7, max_ratio=1)
+    floor.feed(COMPRESS[encoding](small))
+    assert floor.body() == small
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_the_ratio_counts_the_bytes_sent_so_far_across_members(encoding):
+    """Many small members, each under the floor: their decoded sum still answers to the ratio."""
+    member = COMPRESS[encoding](b"]" * (RATIO_FLOOR // 2))
+    decoder = BodyDecoder(encoding, 10**7, max_ratio=10)
+    with pytest.raises(BodyTooLarge) as refused:
+        for _ in range(MAX_MEMBERS):
+            decoder.feed(member)
+    assert refused.value.ratio

@@ -1,24 +1,32 @@
-"""Limits as ASGI middleware, driven with raw ASGI messages: 413 (declared and counted, sent and decoded, whatever the
-encoding), 429 before the body (with Retry-After), 408 when the body is too slow, one Authorization header."""
+"""Limits as ASGI middleware, driven with raw ASGI messages through the POST guards as create_app orders them: 413
+(declared and counted, sent and decoded, whatever the encoding, and past the decode ratio), 429 before the body (with
+Retry-After), 408 when the body is too slow, one Authorization header; large JSON read off the event loop."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import json
+import threading
 
 import pytest
 from backports import zstd
 from starlette.datastructures import Headers
 
-from shim.drain import Drain
+from wire import strict_json
+
+from shim.app import create_app
 from shim.edge.admission import Admission
 from shim.edge.auth import BearerAuth
 from shim.edge.body import BodyReader, KnownEncoding, declared_length
 from shim.edge.draining import RefuseWhileDraining
+from shim.edge.json_body import ON_LOOP_BYTES, strict_body
 from shim.edge.tokens import AcceptedTokens, bearer_matches
 
+from .fake_model import FakeModel
+from .shim_helpers import TOKEN, make_settings
+
 pytestmark = pytest.mark.anyio
-TOKEN = "k" * 40
 
 
 class Exchange:
@@ -73,12 +81,17 @@ class EchoApp:
 
 
 class Edge:
-    """The edge's middlewares in create_app's order around `app`; in_progress is the admitted requests' count."""
+    """The middlewares of the app create_app builds, in its order (its user_middleware, not an order restated here),
+    around `app`; in_progress is the admitted requests' count."""
 
-    def __init__(self, app, max_queue: int, max_body: int, body_timeout: float):
-        self._drain = Drain(0.0)
-        self._stack = BearerAuth(RefuseWhileDraining(KnownEncoding(Admission(
-            BodyReader(app, max_body, body_timeout), max_queue, self._drain)), self._drain), AcceptedTokens(TOKEN))
+    def __init__(self, app, max_queue: int, max_body: int, body_timeout: float, max_decode_ratio: int = 200):
+        built = create_app(make_settings(max_queue=str(max_queue), max_body_bytes=str(max_body),
+                                         body_timeout_seconds=f"{body_timeout:g}",
+                                         max_decode_ratio=str(max_decode_ratio)), FakeModel())
+        self._drain = built.state.drain
+        self._stack = app
+        for middleware in reversed(built.user_middleware):
+            self._stack = middleware.cls(self._stack, *middleware.args, **middleware.kwargs)
 
     async def __call__(self, scope, receive, send):
         await self._stack(scope, receive, send)
@@ -88,8 +101,8 @@ class Edge:
         return self._drain.admitted
 
 
-def guard(app, max_queue=2, max_body=100, body_timeout=5.0) -> Edge:
-    return Edge(app, max_queue, max_body, body_timeout)
+def guard(app, max_queue=2, max_body=100, body_timeout=5.0, max_decode_ratio=200) -> Edge:
+    return Edge(app, max_queue, max_body, body_timeout, max_decode_ratio)
 
 
 def raw(headers: list[tuple[bytes, bytes]]) -> Headers:
@@ -218,7 +231,8 @@ async def test_a_body_slower_than_the_deadline_is_408_and_frees_its_slot_at_the_
     elapsed = loop.time() - started
     assert (exchange.status, exchange.error_code) == (408, "request_timeout")
     assert exchange.headers[b"connection"] == b"close"
-    assert 0.3 <= elapsed < 0.6 and app.bodies == [] and middleware.in_progress == 0
+    assert elapsed >= 0.3 and trickle.left > 0  # refused at the deadline, before the body's end
+    assert app.bodies == [] and middleware.in_progress == 0
     again = Exchange([b"{}"])
     await middleware(again.scope, again.receive, again.send)
     assert again.status == 200
@@ -282,3 +296,69 @@ def test_only_ascii_whitespace_around_the_scheme_and_the_token_is_ignored():
         assert not bearer_matches(raw([(b"authorization", b"Bearer " + token + other)]), tokens)
         assert not bearer_matches(raw([(b"authorization", other + b"Bearer " + token)]), tokens)
 
+
+
+def test_create_app_checks_the_headers_then_admits_then_reads_the_body():
+    """The order of the stack create_app builds, walked layer by layer: a refusal from the headers never takes a
+    queue slot, and a request past the queue never has its body read."""
+    layer, order = create_app(make_settings(), FakeModel()).build_middleware_stack(), []
+    while hasattr(layer, "app"):
+        order.append(type(layer))
+        layer = layer.app
+    guards = (BearerAuth, RefuseWhileDraining, KnownEncoding, Admission, BodyReader)
+    assert [kind for kind in order if kind in guards] == list(guards)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+async def test_members_each_within_the_limit_are_413_once_their_sum_is_over_it(encoding):
+    compress = {"gzip": gzip.compress, "zstd": zstd.compress}[encoding]
+    app = EchoApp()
+    member = compress(b"a" * 600)
+    exchange = Exchange([member, member], headers={"content-encoding": encoding})
+    await guard(app, max_body=1000)(exchange.scope, exchange.receive, exchange.send)
+    assert (exchange.status, exchange.error_code) == (413, "request_too_large")
+    assert json.loads(exchange.sent[1]["body"])["error"]["message"] == (
+        f"the body is larger than 1000 bytes once its {encoding} is decoded (MAX_BODY_BYTES)")
+    assert app.bodies == []
+
+
+def nested_arrays(size: int) -> bytes:
+    """About `size` bytes of empty arrays 64 deep, side by side: gzip shrinks it about 290 times."""
+    part = b"[" * 63 + b"]" * 63
+    return b"[" + b",".join([part] * ((size - 2) // (len(part) + 1))) + b"]"
+
+
+async def test_a_body_that_decodes_to_more_than_max_decode_ratio_times_its_size_is_413():
+    body = nested_arrays(1024 * 1024)
+    sent = gzip.compress(body)
+    app = EchoApp()
+    refused = Exchange([sent], headers={"content-encoding": "gzip"})
+    await guard(app, max_body=2 * len(body))(refused.scope, refused.receive, refused.send)
+    assert (refused.status, refused.error_code) == (413, "request_too_large")
+    assert json.loads(refused.sent[1]["body"])["error"]["message"] == (
+        "the body's gzip decodes to more than 200 times the bytes sent (MAX_DECODE_RATIO)")
+    assert app.bodies == []
+    allowed = Exchange([sent], headers={"content-encoding": "gzip"})
+    await guard(app, max_body=2 * len(body), max_decode_ratio=len(body) // len(sent) + 1)(
+        allowed.scope, allowed.receive, allowed.send)
+    assert allowed.status == 200 and app.bodies == [body]
+
+
+async def test_a_large_body_is_parsed_on_the_parse_worker_and_a_small_one_on_the_loop(monkeypatch):
+    threads = []
+    real_loads = strict_json.loads
+
+    def noting_thread(raw, what):
+        threads.append(threading.current_thread())
+        return real_loads(raw, what)
+
+    monkeypatch.setattr(strict_json, "loads", noting_thread)
+    small, large = b"[1]", b"[" + b"1," * ON_LOOP_BYTES + b"1]"
+    assert await strict_body(small) == [1]
+    assert await strict_body(large) == [1] * (ON_LOOP_BYTES + 1)
+    assert threads[0] is threading.main_thread() and threads[1].name.startswith("body-parse")
+    with pytest.raises(strict_json.NotStrictJson, match="nested too deeply"):
+        await strict_body(nested_arrays(ON_LOOP_BYTES * 2).replace(b"[]", b"[[]]", 1))
+    with pytest.raises(strict_json.NotStrictJson, match="appears twice"):
+        await strict_body(b'{"a": 1, "a": 2' + b" " * ON_LOOP_BYTES + b"}")
+    assert len(threads) == 4 and gc.isenabled()

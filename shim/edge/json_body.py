@@ -1,0 +1,55 @@
+"""A request's JSON, read strictly (wire.strict_json: UTF-8, finite, no repeated key, at most MAX_DEPTH deep) where it
+cannot stall the event loop: text of at most ON_LOOP_BYTES is read on the loop, where a thread would cost more than
+the parse; longer text on one worker thread of its own, one body at a time (the others wait their turn; admission
+already bounds how many can wait).
+
+json's C parser holds the GIL for a whole parse (1 MiB of nested arrays: about 0.06 s on one CPU core with the
+garbage collector held off, which would otherwise walk the half-built value again and again), and the loop needs
+the GIL a few times to answer one request. A worker that went from one parse to the next would take it back each
+time the loop let it go, so the worker rests after each parse for as long as the parse took: the loop waits for at
+most one parse, and then runs freely for as long. Both surfaces' routes and the MCP tools
+(shim/systemone/mcp.py) read their bodies here.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from wire import strict_json
+
+ON_LOOP_BYTES = 64 * 1024
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="body-parse")
+        self._rest_until = 0.0  # read and written by the worker thread alone
+
+    async def parse(self, raw: bytes, what: str) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._worker, self._parse, raw, what)
+
+    def _parse(self, raw: bytes, what: str) -> Any:
+        time.sleep(max(0.0, self._rest_until - time.monotonic()))
+        started = time.monotonic()
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return strict_json.loads(raw, what)
+        finally:
+            if collecting:
+                gc.enable()
+            ended = time.monotonic()
+            self._rest_until = ended + (ended - started)
+
+
+_parser = _Parser()
+
+
+async def strict_body(raw: bytes, what: str = "the body") -> Any:
+    """The value of `raw`; strict_json.NotStrictJson, naming `what`, unless it is strict JSON."""
+    if len(raw) <= ON_LOOP_BYTES:
+        return strict_json.loads(raw, what)
+    return await _parser.parse(raw, what)
