@@ -78,6 +78,7 @@ def up(args: argparse.Namespace) -> int:
         shim.start().wait_ready(timeout=60)
         print(f"ready: the service on {shim.url} (its metrics {shim.metrics_url}; Triton HTTP {server.http_url}, "
               f"metrics {server.metrics_url})\n"
+              f"{playground_line(shim.url)}"
               f"fixture checkpoint: revision {pins.revision}, inference.py sha256 {pins.inference_sha256}\n"
               f"API token: INTERN_DECISION_API_TOKEN if set, else the one in {TOKEN_FILE}\n"
               f"Triton's APIs but health and metadata need the header triton-api-key: this run's key is in "
@@ -94,6 +95,13 @@ def up(args: argparse.Namespace) -> int:
         shim.stop()
         server.stop()
     return 0
+
+
+def playground_line(url: str) -> str:
+    """Where the playground is, unless INTERN_DECISION_PLAYGROUND=0 turned it off."""
+    if os.environ.get("INTERN_DECISION_PLAYGROUND", "").strip() == "0":
+        return ""
+    return f"playground: {url}/playground (open it in a browser; INTERN_DECISION_PLAYGROUND=0 turns it off)\n"
 
 
 def port_number(raw: str) -> int:

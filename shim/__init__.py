@@ -15,6 +15,8 @@ semif/      POST /decide and POST /decide/shared: request (the bodies checked in
 systemone/  GET /v1/models, POST /v1/systemone and its batch: catalog, request, answers, service, routes; TypeSafe's
             conventions on those paths (conventions), the same operations as MCP tools at /mcp (mcp)
 health      GET /health and the model_up gauge, from what the watch knows
+playground/ GET /playground: a page for people (static files from the package) and GET / pointing to it; it
+            calls the public API like any caller and imports nothing of the shim
 exception_handlers
             every error the app raises answered in the envelope (Starlette's exception handlers)
 port/       the model as both surfaces use it: model (the Protocol and a ping's Probe), calls (one request's calls

@@ -2,7 +2,7 @@
 /v1/models, POST /v1/systemone, POST /v1/systemone/batch, and its operations as MCP tools at /mcp), GET
 /openapi.json, every error in the envelope and every response with X-Request-Id (the request-id layer wraps even
 Starlette's last-resort 500); the System One paths also follow TypeSafe's conventions (shim/systemone/
-conventions.py).
+conventions.py). GET /playground, a page for people (shim/playground/), unless PLAYGROUND=0.
 
 create_app only wires the parts together: the routes' handlers (shim/semif/, shim/systemone/, shim/health.py), the
 exception handlers (shim/exception_handlers.py) and the edge's middlewares (shim/edge/) stand in modules of their own.
@@ -35,6 +35,7 @@ from .gone import ClientWatch
 from .exception_handlers import EXCEPTION_HANDLERS
 from .health import HealthCheck, health_route
 from .metrics import ShimMetrics
+from .playground.routes import playground_routes
 from .port.calls import CallRunner
 from .port.model import Model
 from .port.triton import TritonModel
@@ -123,6 +124,7 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
             *systemone_routes(systemone_service),
             openapi_route(openapi),
             *([Route(MCP_PATH, mcp, methods=["POST"])] if mcp is not None else []),
+            *(playground_routes() if settings.playground else []),
         ],
         # The contract's order for a POST: 401, 503 draining, 415, 429, then the body (413, 408, 422); each refusal
         # from the headers alone until admitted, so a refused request never takes a slot nor has its body read.

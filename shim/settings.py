@@ -45,6 +45,8 @@ class ShimSettings:
     # System One's operations as MCP tools at /mcp (shim/systemone/mcp.py); off where the mcp package is not
     # installed (the GPU check's environment).
     mcp: bool = True
+    # The playground, a page for people at /playground (shim/playground/).
+    playground: bool = True
 
     def __repr__(self) -> str:  # never print the token or the key
         return f"ShimSettings(model_name={self.model_name!r}, triton_url={self.triton_url!r}, ...)"
@@ -95,6 +97,7 @@ class ShimSettings:
             max_batch_items=integer(env, "MAX_BATCH_ITEMS", 32),
             max_decode_ratio=integer(env, "MAX_DECODE_RATIO", 200),
             mcp=_switch(env, "MCP", True),
+            playground=_switch(env, "PLAYGROUND", True),
         )
 
 

@@ -1,0 +1,4 @@
+"""The playground: a page a person opens in a browser to ask the model, see each answer's probabilities drawn and
+copy the same request as code. Static files from the package (static/) and the one route that serves them
+(routes); the page itself talks to the service's public API (/health, /v1/models, /v1/systemone) like any caller,
+so it imports nothing of the shim."""
