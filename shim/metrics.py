@@ -14,9 +14,16 @@ route is one of ROUTES or "other", never the raw path; no label carries a token,
 """
 from __future__ import annotations
 
+import io
+import socket
+import sys
+import threading
+import time
+from socketserver import ThreadingMixIn
 from typing import Mapping
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, make_wsgi_app
 from wire.env import port_number
 
 from .errors import Failure
@@ -90,7 +97,114 @@ def listen_address(env: Mapping[str, str], shim_host: str) -> tuple[str, int] | 
     return env.get("INTERN_DECISION_METRICS_HOST", "") or shim_host, port
 
 
-def serve(registry: CollectorRegistry, host: str, port: int):
-    """prometheus-client's own HTTP server on a daemon thread; OSError when the port cannot be bound."""
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+# The metrics server's bounds: a connection's whole exchange (request in, answer out) within DEADLINE_SECONDS, and at
+# most MAX_CONNECTIONS handled at once (one thread each); one more is answered 503 at once and closed. A scrape takes
+# milliseconds; Prometheus waits 10 s at most (its default scrape_timeout).
+DEADLINE_SECONDS = 10.0
+MAX_CONNECTIONS = 8
+_BUSY_ANSWER = (b"HTTP/1.0 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n"
+                b"connection: close\r\n\r\nbusy\n")
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads, each allowed only what is left of the connection's deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self._sock.settimeout(_left(self._deadline))
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineWriter(io.RawIOBase):
+    def __init__(self, sock: socket.socket, deadline: float):
+        self._sock = sock
+        self._deadline = deadline
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._sock.settimeout(_left(self._deadline))
+        try:
+            self._sock.sendall(data)
+        except TimeoutError:  # the reader is too slow: the same as gone (wsgiref drops the connection quietly)
+            raise ConnectionAbortedError("the metrics connection's deadline passed") from None
+        return len(data)
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ConnectionAbortedError("the metrics connection's deadline passed")
+    return left
+
+
+class _Handler(WSGIRequestHandler):
+    server: "BoundedMetricsServer"
+
+    def setup(self) -> None:
+        self.connection = self.request
+        deadline = time.monotonic() + self.server.deadline_seconds
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+        self.wfile = _DeadlineWriter(self.connection, deadline)
+
+    def log_message(self, format, *args) -> None:  # no access log: Prometheus scrapes every few seconds
+        pass
+
+
+class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
+    """prometheus-client's WSGI app behind wsgiref's server, bounded: DEADLINE_SECONDS per connection, from its
+    accept to its answer's last byte (a half-sent request, or an answer read slowly, holds a thread no longer), and
+    MAX_CONNECTIONS handled at once."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, deadline_seconds: float,
+                 max_connections: int):
+        self.address_family = family
+        self.deadline_seconds = deadline_seconds
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, _Handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.setblocking(False)
+                request.send(_BUSY_ANSWER)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        """A client gone, or out of time, is no error of the server's."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+def serve(registry: CollectorRegistry, host: str, port: int, deadline_seconds: float = DEADLINE_SECONDS,
+          max_connections: int = MAX_CONNECTIONS) -> BoundedMetricsServer:
+    """The metrics on http://host:port/metrics, served from a daemon thread (and one per connection, at most
+    max_connections); OSError when the port cannot be bound."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    server = BoundedMetricsServer((host, port), family, deadline_seconds, max_connections)
+    server.set_app(make_wsgi_app(registry))
+    threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True).start()
     return server

@@ -3,14 +3,22 @@
 uvicorn bounds the idle time between requests on a kept-alive connection (timeout_keep_alive) but, with httptools,
 neither how long a request's line and headers may take to arrive nor how large they may grow, nor how long its body
 may trickle in (each byte restarts no deadline of ours but cancels the keep-alive timer), nor how many connections
-are open: a client could hold connections open forever, or make the server buffer megabytes, before the app ever
-sees a request. This protocol adds those bounds (settings: HEADER_TIMEOUT_SECONDS, BODY_TIMEOUT_SECONDS,
-MAX_CONNECTIONS), each an overall deadline or count, never one per byte. A GET /health on a connection beyond
-MAX_CONNECTIONS is still answered, then the connection is closed: a flood of connections must not make the balancer's
-health checks (and Kubernetes' probes) fail and take every replica out at once; /health answers from what the shim
-already knows, so it costs no Triton call. Once the headers are complete the app's
-own limits apply (shim/edge/: auth, admission, BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES), and a response sent
-before the body was read closes the connection (shim/edge/framing.py).
+are open, nor how many requests one connection may queue by pipelining them: a client could hold connections open
+forever, or make the server buffer megabytes, before the app ever sees a request. This protocol adds those bounds,
+each an overall deadline or count, never one per byte:
+
+* HEADER_TIMEOUT_SECONDS for a request's line and headers, BODY_TIMEOUT_SECONDS (plus a grace) for its body;
+* MAX_HEADER_BYTES for one request's line and headers, counted per request (never per read): 431, closed;
+* MAX_PIPELINED_REQUESTS waiting behind the request being answered: the next is 400, closed once those are answered;
+* MAX_CONNECTIONS open, MAX_CONNECTIONS_PER_PEER from one client address (BALANCER_ADDRESSES exempt): a request
+  over either first closes idle connections, oldest idle first (shim/connections.py), and is 503
+  too_many_connections, closed, only when the busy ones hold every slot. A GET /health refused so is still
+  answered, then closed: a flood of connections must not make the balancer's health checks (and Kubernetes' probes)
+  fail and take every replica out at once; /health answers from what the shim already knows, so it costs no Triton
+  call.
+
+Once the headers are complete the app's own limits apply (shim/edge/: auth, admission, BODY_TIMEOUT_SECONDS,
+MAX_BODY_BYTES), and a response sent before the body was read closes the connection (shim/edge/framing.py).
 """
 from __future__ import annotations
 
@@ -20,6 +28,7 @@ import json
 import logging
 import signal
 import uuid
+import weakref
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -27,49 +36,94 @@ from typing import Any
 import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
+from .connections import Roster, address_matcher
 from .drain import Drain
 from .edge.framing import closing
-from .errors import HEADERS_TOO_LARGE, RETRY_AFTER_SECONDS, TOO_MANY_CONNECTIONS, envelope
+from .errors import HEADERS_TOO_LARGE, RETRY_AFTER_SECONDS, TOO_MANY_CONNECTIONS, PublicError, envelope
 from .health import HEALTH_PATH
 from .settings import ShimSettings
 
 KEEP_ALIVE_SECONDS = 5  # idle time allowed between requests on one connection (uvicorn's timeout_keep_alive)
-MAX_HEADER_BYTES = 64 * 1024  # the request line and headers together
+MAX_HEADER_BYTES = 64 * 1024  # one request's line and headers together
+MAX_PIPELINED_REQUESTS = 16  # requests one connection may queue behind the one being answered
+# A request pipelined beyond MAX_PIPELINED_REQUESTS, answered once those before it are, and the connection closed.
+TOO_MANY_PIPELINED = PublicError(400, "too_many_pipelined_requests")
 # The server's deadline for a body comes this long after BODY_TIMEOUT_SECONDS, so that an admitted POST's own 408
 # (shim/edge/body.py, counted from admission) is answered first; the server's cuts what the app does not read.
 BODY_GRACE_SECONDS = 1.0
+# What a request line adds to its target, and the headers' end: " HTTP/1.1\r\n" and "\r\n"; a header adds ": " and
+# "\r\n" to its name and value.
+_REQUEST_LINE_BYTES = 13
+_HEADER_SEPARATOR_BYTES = 4
 
 
 @dataclass(frozen=True)
 class ConnectionLimits:
     header_seconds: float = 10.0  # from a connection's opening, or a request's first byte, to the end of its headers
     body_seconds: float = 5.0 + BODY_GRACE_SECONDS  # from the end of a request's headers to the end of its body
-    max_connections: int | None = None  # open at once; a request on one more is 503 too_many_connections, closed
+    max_connections: int | None = None  # open at once (idle ones give way first); beyond: 503 too_many_connections
+    max_per_peer: int | None = None  # open from one client address; beyond: the same
+    balancer_addresses: tuple[str, ...] = ()  # addresses or networks exempt from max_per_peer
+    max_pipelined: int = MAX_PIPELINED_REQUESTS
 
     @classmethod
     def of(cls, settings: ShimSettings) -> "ConnectionLimits":
         return cls(header_seconds=settings.header_timeout_seconds,
                    body_seconds=settings.body_timeout_seconds + BODY_GRACE_SECONDS,
-                   max_connections=settings.max_connections)
+                   max_connections=settings.max_connections,
+                   max_per_peer=settings.max_connections_per_peer or None,
+                   balancer_addresses=settings.balancer_addresses)
+
+    def roster(self) -> Roster:
+        return Roster(total=self.max_connections, per_peer=self.max_per_peer,
+                      exempt=address_matcher(self.balancer_addresses))
 
 
-def _headers_too_large_response() -> bytes:
-    status, code = HEADERS_TOO_LARGE
-    body = json.dumps(envelope(code, f"the request line and headers are larger than {MAX_HEADER_BYTES} bytes"))
-    return (f"HTTP/1.1 {status} Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+# One roster per server: every connection of a server shares it.
+_rosters: "weakref.WeakKeyDictionary[ServerState, Roster]" = weakref.WeakKeyDictionary()
+
+
+def _roster_of(server_state: ServerState, limits: ConnectionLimits) -> Roster:
+    roster = _rosters.get(server_state)
+    if roster is None:
+        roster = _rosters[server_state] = limits.roster()
+    return roster
+
+
+def _closing_answer(status: PublicError, reason: str, message: str) -> bytes:
+    """A whole response in the envelope, with Connection: close, for what the server refuses before the app."""
+    body = json.dumps(envelope(status.code, message))
+    return (f"HTTP/1.1 {status.status} {reason}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\nx-request-id: {uuid.uuid4().hex}\r\n\r\n"
             f"{body}").encode("ascii")
 
 
-def _too_many_connections_message(max_connections: int) -> bytes:
-    return json.dumps(envelope(TOO_MANY_CONNECTIONS.code, f"this replica has {max_connections} connections open "
-                               f"(MAX_CONNECTIONS); retry later")).encode("ascii")
+def _headers_too_large_response() -> bytes:
+    return _closing_answer(HEADERS_TOO_LARGE, "Request Header Fields Too Large",
+                           f"the request line and headers are larger than {MAX_HEADER_BYTES} bytes")
 
 
-def too_many_connections(max_connections: int):
-    """The ASGI app a request gets on a connection beyond MAX_CONNECTIONS: 503 in the envelope, then closed."""
-    body = _too_many_connections_message(max_connections)
+def _too_many_pipelined_response(max_pipelined: int) -> bytes:
+    return _closing_answer(TOO_MANY_PIPELINED, "Bad Request",
+                           f"more than {max_pipelined} requests pipelined on one connection; send them on more "
+                           f"connections, or wait for the answers")
+
+
+def _too_many_connections_message(limits: ConnectionLimits, over: str | None) -> bytes:
+    if over == "peer":
+        text = (f"this client has {limits.max_per_peer} connections open, all busy (MAX_CONNECTIONS_PER_PEER); "
+                f"retry later")
+    else:
+        text = f"this replica has {limits.max_connections} connections open, all busy (MAX_CONNECTIONS); retry later"
+    return json.dumps(envelope(TOO_MANY_CONNECTIONS.code, text)).encode("ascii")
+
+
+def too_many_connections(limits: ConnectionLimits, over: str | None = None):
+    """The ASGI app a request gets on a connection over MAX_CONNECTIONS or its peer's share, when no idle connection
+    can give way: 503 in the envelope, then closed."""
+    body = _too_many_connections_message(limits, over)
 
     async def answer(scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": TOO_MANY_CONNECTIONS.status, "headers": [
@@ -96,24 +150,37 @@ def closing_after(app):
 class BoundedHeadersProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, with ConnectionLimits: a request's line and headers must arrive within
     header_seconds (else the connection is closed) and within MAX_HEADER_BYTES (else 431 request_header_too_large,
-    and closed); its body within body_seconds of its headers (else closed); a request on a connection beyond
-    max_connections is 503 too_many_connections, and closed, unless it is a GET /health, which is answered and then
-    closed."""
+    and closed); its body within body_seconds of its headers (else closed); at most max_pipelined requests wait
+    behind the one being answered (the next is 400 too_many_pipelined_requests, and closed); a request on a
+    connection over max_connections or its peer's max_per_peer closes idle connections to make room, oldest idle
+    first, and when there are not enough it is 503 too_many_connections, and closed, unless it is a GET /health,
+    which is answered and then closed.
+
+    A refusal is written in its turn: after the answers to the requests before it on the connection; nothing after
+    it is read."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits = ConnectionLimits(), **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._limits = limits
+        self._roster = _roster_of(self.server_state, limits)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._refused = False
+        self._refused = False  # a refusal is written, or waits for its turn: nothing more is read or parsed
+        self._refusal: bytes | None = None  # the refusal waiting for the answers before it
         self._header_deadline: asyncio.TimerHandle | None = None
         self._body_deadline: asyncio.TimerHandle | None = None
+        self._in_head = False  # a request's first byte arrived, its headers are not complete
+        self._head_bytes = 0  # its line and headers so far, as the parser hands them over
+        self._head_read_bytes = 0  # the reads that held nothing but its headers
+        self._began_in_this_read = False
+        self._roster.opened(self, self.client[0] if self.client else None)
         self._await_headers()
+
+    # --- deadlines
 
     def _await_headers(self) -> None:
         self._awaiting_headers = True
-        self._header_bytes = 0
         if self._header_deadline is None:
             self._header_deadline = self.loop.call_later(self._limits.header_seconds, self._too_slow)
 
@@ -134,38 +201,112 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
+    # --- refusals, each in its turn
+
+    def _answering(self) -> bool:
+        """A request before this point is still being answered (or waits in the pipeline to be)."""
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _refuse(self, answer: bytes) -> None:
+        self._refused = True
+        self._in_head = False
+        self._headers_arrived()
+        self._body_arrived()
+        self.transport.pause_reading()
+        if self._answering():
+            self._refusal = answer
+        else:
+            self._write_and_close(answer)
+
+    def _write_and_close(self, answer: bytes) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(answer)
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        self._roster.request_answered(self)
+        super().on_response_complete()
+        if self._refusal is not None and not self._answering():
+            answer, self._refusal = self._refusal, None
+            self._write_and_close(answer)
+
+    def _evict(self) -> None:
+        """Closed to make room for a request on another connection (this one is idle: nothing is lost)."""
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    # --- the parser's callbacks; after a refusal the rest of the read is parsed but nothing is kept
+
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
+        self._began_in_this_read = False
         super().data_received(data)
-        if self._awaiting_headers and not self.transport.is_closing():
-            self._header_bytes += len(data)
-            if self._header_bytes > MAX_HEADER_BYTES:
-                self._refused = True
-                self._headers_arrived()
-                self.transport.write(_headers_too_large_response())
-                self.transport.close()
+        if self._in_head and not self._began_in_this_read and not self._refused:  # the whole read is its headers
+            self._head_read_bytes += len(data)
+            if self._head_read_bytes > MAX_HEADER_BYTES:
+                self._refuse(_headers_too_large_response())
 
     def on_message_begin(self) -> None:
+        if self._refused:
+            return
+        self._in_head = True
+        self._began_in_this_read = True
+        self._head_bytes = _REQUEST_LINE_BYTES
+        self._head_read_bytes = 0
+        self._roster.request_began(self)
         super().on_message_begin()
         self._await_headers()
 
+    def _count_head(self, size: int) -> bool:
+        """False once the request's line and headers are over MAX_HEADER_BYTES (refused)."""
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEADER_BYTES:
+            self._refuse(_headers_too_large_response())
+            return False
+        return True
+
+    def on_url(self, url: bytes) -> None:
+        if not self._refused and self._count_head(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._refused and self._count_head(len(name) + len(value) + _HEADER_SEPARATOR_BYTES):
+            super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
+        if self._refused:
+            return
+        self._in_head = False
         self._headers_arrived()
-        limit = self._limits.max_connections
-        if limit is not None and len(self.connections) > limit:  # this connection ends with the answer
-            self.app = closing_after(self.app) if self._is_health_check() else too_many_connections(limit)
+        if self._answering() and len(self.pipeline) >= self._limits.max_pipelined:
+            self._refuse(_too_many_pipelined_response(self._limits.max_pipelined))
+            return
+        verdict = self._roster.admit(self)
+        for connection in verdict.evict:
+            connection._evict()
+        if not verdict.admitted:  # this connection ends with the answer
+            self.app = (closing_after(self.app) if self._is_health_check()
+                        else too_many_connections(self._limits, verdict.over))
         self._body_deadline = self.loop.call_later(self._limits.body_seconds, self._too_slow)
         super().on_headers_complete()
 
     def _is_health_check(self) -> bool:
         return self.parser.get_method() == b"GET" and httptools.parse_url(self.url).path == HEALTH_PATH.encode()
 
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._refused:
+            return
         self._body_arrived()
         super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._roster.closed(self)
+        self._refusal = None
         self._headers_arrived()
         self._body_arrived()
         super().connection_lost(exc)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Mapping
@@ -36,6 +37,10 @@ class ShimSettings:
     # header_timeout_seconds of the connection's opening or the request's first byte; at most max_connections open.
     header_timeout_seconds: float = 10.0
     max_connections: int = 256
+    # One client's share of max_connections (0: no share); connections from balancer_addresses (addresses or CIDR
+    # networks of the balancers in front, whose clients all share their address) count towards max_connections only.
+    max_connections_per_peer: int = 64
+    balancer_addresses: tuple[str, ...] = ()
     # The System One surface (shim/systemone/).
     extra_model_names: tuple[str, ...] = ()
     model_release_date: str = DEFAULT_RELEASE_DATE
@@ -92,6 +97,8 @@ class ShimSettings:
             drain_seconds=_seconds(env, "DRAIN_SECONDS", 5.0),
             header_timeout_seconds=_seconds(env, "HEADER_TIMEOUT_SECONDS", 10.0),
             max_connections=max_connections,
+            max_connections_per_peer=integer(env, "MAX_CONNECTIONS_PER_PEER", 64, minimum=0),
+            balancer_addresses=_networks(env, "BALANCER_ADDRESSES"),
             extra_model_names=_model_names(env, "EXTRA_MODEL_NAMES"),
             model_release_date=_date(env, "MODEL_RELEASE_DATE", DEFAULT_RELEASE_DATE),
             max_batch_items=integer(env, "MAX_BATCH_ITEMS", 32),
@@ -139,6 +146,21 @@ def _model_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise ValueError(f"{PREFIX}{name} names a model twice: {raw!r}")
     return tuple(names)
+
+
+def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Comma-separated IP addresses or CIDR networks ("10.0.0.7, 10.0.1.0/24"), each normalized."""
+    raw = get(env, name)
+    if raw.strip() == "":
+        return ()
+    networks = []
+    for part in raw.split(","):
+        try:
+            networks.append(str(ipaddress.ip_network(part.strip(), strict=False)))
+        except ValueError:
+            raise ValueError(f"{PREFIX}{name} must be comma-separated IP addresses or CIDR networks, got "
+                             f"{part.strip()!r} in {raw!r}") from None
+    return tuple(networks)
 
 
 def _date(env: Mapping[str, str], name: str, default: str) -> str:

@@ -222,36 +222,40 @@ def test_the_servers_own_body_deadline_cuts_what_the_app_neither_reads_nor_answe
         thread.join(10)
 
 
-def test_a_connection_beyond_max_connections_is_503_in_the_envelope_and_closed(edge):
-    idle = [connect(edge) for _ in range(EDGE_CONNECTIONS - 1)]  # with the one below: MAX_CONNECTIONS
+def busy(address, count: int, source: str | None = None) -> list[socket.socket]:
+    """`count` connections, each with a request begun and its headers not complete (busy until the header
+    deadline); source: the client address to connect from."""
+    held = []
+    for _ in range(count):
+        sock = connect(address) if source is None else socket.create_connection(address, 10, (source, 0))
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        held.append(sock)
+    return held
+
+
+def test_a_connection_beyond_max_connections_all_busy_is_503_in_the_envelope_and_closed(edge):
+    held = busy(edge, EDGE_CONNECTIONS)
     try:
-        with connect(edge) as sock:
-            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
-        time.sleep(0.1)
-        extra = connect(edge)
         with connect(edge) as sock:
             sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
             answer, _ = closed_within(sock, 2.0)
-        extra.close()
     finally:
-        for sock in idle:
+        for sock in held:
             sock.close()
     assert answer.startswith(b"HTTP/1.1 503 ")
     head = head_of(answer)
     assert head[b"connection"] == b"close" and head[b"retry-after"] == b"1" and b"x-request-id" in head
-    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "too_many_connections"
-    time.sleep(0.2)
-    with connect(edge) as sock:  # the idle ones gone, room again
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "too_many_connections" and "(MAX_CONNECTIONS)" in error["message"]
+    with connect(edge) as sock:  # the busy ones gone, room again
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_response(sock).startswith(b"HTTP/1.1 200 ")
 
 
 def test_health_on_a_connection_beyond_max_connections_is_answered_and_closed(edge):
     """A flood of connections must not fail the balancer's health checks: /health is answered, then closed."""
-    idle = [connect(edge) for _ in range(EDGE_CONNECTIONS)]  # MAX_CONNECTIONS open and idle
+    held = busy(edge, EDGE_CONNECTIONS)  # MAX_CONNECTIONS open, each in the middle of a request
     try:
-        time.sleep(0.1)
         with connect(edge) as sock:
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             answer, _ = closed_within(sock, 2.0)
@@ -259,11 +263,163 @@ def test_health_on_a_connection_beyond_max_connections_is_answered_and_closed(ed
             sock.sendall(b"GET /health/ HTTP/1.1\r\nHost: x\r\n\r\n")
             refused, _ = closed_within(sock, 2.0)
     finally:
-        for sock in idle:
+        for sock in held:
             sock.close()
     assert answer.startswith(b"HTTP/1.1 200 ") and head_of(answer)[b"connection"] == b"close"
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["status"] == "ok"
     assert refused.startswith(b"HTTP/1.1 503 ") and b"too_many_connections" in refused
+
+
+def is_open(sock: socket.socket) -> bool:
+    """The connection still serves a request (an evicted one reads as closed)."""
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        return read_response(sock).startswith(b"HTTP/1.1 200 ")
+    except (OSError, StopIteration):
+        return False
+
+
+def closed_by_server(sock: socket.socket, seconds: float = 2.0) -> bool:
+    """The server closed the connection within `seconds`, without our sending anything (well before the keep-alive
+    timer, KEEP_ALIVE_SECONDS after the connection's last answer, would)."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_idle_connections_give_way_to_a_request_oldest_idle_first():
+    """MAX_CONNECTIONS kept-alive connections, all idle: a request on one more is served, and the connection idle the
+    longest (not the oldest opened) is the one closed for it."""
+    with serving(MAX_QUEUE="2", MAX_CONNECTIONS="4") as address:
+        kept = [connect(address) for _ in range(4)]
+        for sock in reversed(kept):  # the last opened is idle the longest
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+        with connect(address) as sock:
+            sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+            assert closed_by_server(kept[-1])
+            assert [is_open(other) for other in kept[:-1]] == [True, True, True]
+        for other in kept:
+            other.close()
+
+
+def test_one_peer_beyond_its_share_is_503_while_another_peer_is_served():
+    with serving(MAX_QUEUE="2", MAX_CONNECTIONS="8", MAX_CONNECTIONS_PER_PEER="2") as address:
+        held = busy(address, 2, source="127.0.0.1")
+        try:
+            with connect(address) as sock:
+                sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+                refused, _ = closed_within(sock, 2.0)
+            with socket.create_connection(address, 10, ("127.0.0.2", 0)) as sock:
+                sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+                served = read_response(sock)
+        finally:
+            for sock in held:
+                sock.close()
+    assert refused.startswith(b"HTTP/1.1 503 ") and head_of(refused)[b"retry-after"] == b"1"
+    error = json.loads(refused.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "too_many_connections" and "MAX_CONNECTIONS_PER_PEER" in error["message"]
+    assert served.startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_peers_own_idle_connections_give_way_to_its_request():
+    with serving(MAX_QUEUE="2", MAX_CONNECTIONS="8", MAX_CONNECTIONS_PER_PEER="2") as address:
+        kept = [connect(address) for _ in range(2)]
+        for sock in kept:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+        with connect(address) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+            assert closed_by_server(kept[0]) and is_open(kept[1])
+        for sock in kept:
+            sock.close()
+
+
+def test_a_balancers_address_has_no_per_peer_share():
+    with serving(MAX_QUEUE="2", MAX_CONNECTIONS="8", MAX_CONNECTIONS_PER_PEER="2",
+                 BALANCER_ADDRESSES="127.0.0.0/30") as address:
+        held = busy(address, 4)
+        try:
+            with connect(address) as sock:
+                sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+        finally:
+            for sock in held:
+                sock.close()
+
+
+# --- Pipelining: a few requests in one write are served in order, wherever the reads split them; a burst is bounded.
+
+def pipelined(count: int, header_bytes: int = 0) -> bytes:
+    filler = b"X-Filler: " + b"f" * header_bytes + b"\r\n" if header_bytes else b""
+    return b"".join(b"GET /health HTTP/1.1\r\nHost: x\r\n" + filler + b"\r\n" for _ in range(count))
+
+
+def answers_in(data: bytes) -> list[bytes]:
+    """The status lines of the whole responses in `data`, in order."""
+    statuses, at = [], 0
+    while at < len(data):
+        end = data.find(b"\r\n\r\n", at)
+        if end < 0:
+            break
+        head = data[at:end]
+        statuses.append(head.split(b"\r\n")[0])
+        at = end + 4 + int(head_of(head + b"\r\n\r\n")[b"content-length"])
+    return statuses
+
+
+def read_until_closed_or(sock: socket.socket, most: int, seconds: float = 10.0) -> bytes:
+    """What the server sent until it closed the connection, or until `most` bytes or `seconds` (then it is left
+    open: the caller's assertions tell)."""
+    deadline = time.monotonic() + seconds
+    received = bytearray()
+    while len(received) < most and time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        received += chunk
+    return bytes(received)
+
+
+def test_a_pipelining_client_is_served_wherever_its_headers_split(address):
+    """Twelve requests of 6 KiB of headers each (72 KiB, more than MAX_HEADER_BYTES together), sent in two writes
+    that split the last one's headers: every request is under the limit, so each is answered."""
+    burst = pipelined(12, header_bytes=6 * 1024)
+    cut = len(burst) - 3 * 1024
+    with connect(address) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(burst[:cut])
+        time.sleep(0.2)
+        sock.sendall(burst[cut:] + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        received = read_until_closed_or(sock, 64 * 1024)
+    assert answers_in(received) == [b"HTTP/1.1 200 OK"] * 13
+
+
+def test_a_pipelined_burst_is_answered_up_to_the_bound_then_400_and_closed(address):
+    """256 KiB of pipelined requests in one write: those up to MAX_PIPELINED_REQUESTS behind the first are
+    answered, the next is 400 too_many_pipelined_requests in the envelope, and the connection is closed."""
+    burst = pipelined(256 * 1024 // len(pipelined(1)))
+    with connect(address) as sock:
+        try:
+            sock.sendall(burst)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        received = read_until_closed_or(sock, 64 * 1024)
+    statuses = answers_in(received)
+    assert statuses == [b"HTTP/1.1 200 OK"] * (1 + server.MAX_PIPELINED_REQUESTS) + [b"HTTP/1.1 400 Bad Request"]
+    last = received[received.rindex(b"HTTP/1.1 400 "):]
+    assert head_of(last)[b"connection"] == b"close"
+    assert json.loads(last.partition(b"\r\n\r\n")[2])["error"]["code"] == "too_many_pipelined_requests"
 
 
 @pytest.mark.parametrize("coding", [b"gzip, chunked", b"identity, chunked"])

@@ -1,0 +1,145 @@
+"""Who holds the server's connections, and which give way when a request needs room (shim/server.py asks).
+
+Every open connection is either busy (a request on it begun and not yet answered) or idle (none since its last answer,
+or since it opened). When a request's headers are complete on a connection, `admit` decides:
+
+* its peer (the client's address) holds more than `per_peer` connections: that peer's own idle connections are
+  closed, oldest idle first, to bring it back to its share; if they are not enough the request is refused;
+* the server holds more than `total` connections: idle connections of any peer are closed, oldest idle first; if
+  they are not enough the request is refused.
+
+So connections that only wait (keep-alive between requests, or opened and silent) never keep a request out, and one
+peer cannot hold more than its share of the busy ones. Peers in `exempt` (the balancers in front: every client behind
+one shares its address) count towards `total` only; the per-source limits are the balancer's there. When a request
+is refused nothing is closed. This is bookkeeping only: it never touches a socket, the server closes what it names.
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterable
+
+Peer = str | None  # the client's address without its port; None when the transport has none (a Unix socket)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    admitted: bool
+    evict: tuple[Hashable, ...] = ()  # connections to close now, to make room (only when admitted)
+    over: str | None = None  # when refused: "peer" (its share) or "total"
+
+
+@dataclass
+class _Entry:
+    peer: Peer
+    capped: bool  # counted against the per-peer share
+    busy: int = 0  # requests begun and not answered
+
+
+@dataclass
+class Roster:
+    total: int | None = None  # connections open at once; None: unbounded
+    per_peer: int | None = None  # connections one peer may hold; None: unbounded
+    exempt: Callable[[Peer], bool] = lambda peer: peer is None
+    _entries: dict[Hashable, _Entry] = field(default_factory=dict)
+    _idle: "OrderedDict[Hashable, None]" = field(default_factory=OrderedDict)  # oldest idle first
+    _per_peer: dict[Peer, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def held_by(self, peer: Peer) -> int:
+        return self._per_peer.get(peer, 0)
+
+    def is_idle(self, connection: Hashable) -> bool:
+        return connection in self._idle
+
+    def opened(self, connection: Hashable, peer: Peer) -> None:
+        capped = self.per_peer is not None and not self.exempt(peer)
+        self._entries[connection] = _Entry(peer, capped)
+        self._idle[connection] = None
+        if capped:
+            self._per_peer[peer] = self._per_peer.get(peer, 0) + 1
+
+    def closed(self, connection: Hashable) -> None:
+        """Gone (closed by either side, or evicted); a second call is a no-op."""
+        entry = self._entries.pop(connection, None)
+        if entry is None:
+            return
+        self._idle.pop(connection, None)
+        if entry.capped:
+            left = self._per_peer[entry.peer] - 1
+            if left:
+                self._per_peer[entry.peer] = left
+            else:
+                del self._per_peer[entry.peer]
+
+    def request_began(self, connection: Hashable) -> None:
+        entry = self._entries.get(connection)
+        if entry is not None:
+            entry.busy += 1
+            self._idle.pop(connection, None)
+
+    def request_answered(self, connection: Hashable) -> None:
+        entry = self._entries.get(connection)
+        if entry is not None and entry.busy:
+            entry.busy -= 1
+            if not entry.busy:
+                self._idle[connection] = None  # the newest idle
+
+    def admit(self, connection: Hashable) -> Verdict:
+        """May the request whose headers just completed on `connection` be served? When admitted, the connections
+        in `evict` are already forgotten here; the caller closes them."""
+        entry = self._entries.get(connection)
+        if entry is None:
+            return Verdict(True)
+        evict: list[Hashable] = []
+        if entry.capped:
+            excess = self._per_peer[entry.peer] - self.per_peer  # type: ignore[operator]
+            if excess > 0:
+                mine = self._oldest_idle(connection, lambda other: other.peer == entry.peer, excess)
+                if len(mine) < excess:
+                    return Verdict(False, over="peer")
+                evict.extend(mine)
+        if self.total is not None:
+            excess = len(self._entries) - len(evict) - self.total
+            if excess > 0:
+                chosen = set(evict)
+                others = self._oldest_idle(connection, lambda other: True, excess, chosen)
+                if len(others) < excess:
+                    return Verdict(False, over="total")
+                evict.extend(others)
+        for victim in evict:
+            self.closed(victim)
+        return Verdict(True, tuple(evict))
+
+    def _oldest_idle(self, asking: Hashable, wanted: Callable[[_Entry], bool], count: int,
+                     skip: Iterable[Hashable] = ()) -> list[Hashable]:
+        skipped = set(skip)
+        found: list[Hashable] = []
+        for other in self._idle:
+            if len(found) == count:
+                break
+            if other != asking and other not in skipped and wanted(self._entries[other]):
+                found.append(other)
+        return found
+
+
+def address_matcher(networks: Iterable[str]) -> Callable[[Peer], bool]:
+    """A test of a peer against addresses or CIDR networks ("10.0.0.7", "10.0.0.0/24", "fd00::/8"); a peer that is not
+    an IP address (None, a Unix socket's path) always matches: it is never one remote client."""
+    parsed = tuple(ipaddress.ip_network(network.strip(), strict=False) for network in networks)
+
+    def matches(peer: Peer) -> bool:
+        if peer is None:
+            return True
+        try:
+            address = ipaddress.ip_address(peer.split("%", 1)[0])
+        except ValueError:
+            return True
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in network for network in parsed)
+
+    return matches
