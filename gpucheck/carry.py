@@ -4,6 +4,7 @@
                               dependencies (torch and transformers are on the machine already)
     .carry/kernel-wheels/     flash-linear-attention and fla-core (pure Python; optional)
     .carry/tritonserver.tar.xz  the server from the nvidia-pytriton wheel, trimmed to what it runs with
+    .carry/libpython/         libpython3.12.so.1.0, stripped, as xz: the stub's fallback (gpucheck.libpython)
     .carry/manifest.json      sizes, and what was found about the server's GPU support
 
 gpucheck.collect writes it; gpucheck's install step reads it.
@@ -20,6 +21,9 @@ SERVER_TARBALL = "tritonserver.tar.xz"
 MANIFEST = "manifest.json"
 
 LIMIT_BYTES = 64 * 1024 ** 2  # the carry and the repository together: what the GPU machine takes
+# What gpucheck.collect wrote, measured (MiB; docs/gpu-check.md, "What to carry"); the libpython fallback is a
+# stripped 3.12.1 (30.4 MB as built, 7.0 stripped).
+MEASURED_MIB = {"tritonserver.tar.xz": 23.97, "wheels": 33.0, "kernel-wheels": 1.22, "libpython": 1.46}
 TARGET_BYTES = 60 * 1024 ** 2  # what gpucheck.collect allows the carry alone, so that the repository can grow
 PYTHON_VERSION = "3.12"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")

@@ -8,7 +8,10 @@ machine that reaches the package index:
 2. the nvidia-pytriton wheel, trimmed to the server binary, the python backend with the 3.12 stub, the local cache
    and the vendored libraries they load, repacked as tar.xz with the wheel's relative layout (the binaries find
    their libraries through $ORIGIN-relative rpaths);
-3. manifest.json: every file's size, the total with the repository (which must stay within 64 MiB), and what the
+3. libpython/: the shared libpython of a Python of the same version (--libpython-from, else the first
+   python3.12 on PATH or installed by pyenv, built with --enable-shared), stripped and xz-compressed (gpucheck.libpython), the fallback
+   for a machine whose interpreter has none;
+4. manifest.json: every file's size, the total with the repository (which must stay within 64 MiB), and what the
    server's binaries show about GPU support.
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from gpucheck import carry
+from gpucheck import carry, libpython
 
 # Markers of a build with GPU support, looked for in the server's binaries.
 GPU_MARKERS = {
@@ -94,7 +97,21 @@ def sizes(folder: Path) -> dict:
             for path in sorted(folder.rglob("*")) if path.is_file() and path.name != carry.MANIFEST}
 
 
-def collect(dest: Path, python_version: str = carry.PYTHON_VERSION) -> dict:
+def pack_libpython(dest: Path, python_version: str, python: str | None) -> dict | None:
+    """The libpython fallback packed into dest/libpython; None (and a warning) when no such Python is found."""
+    python = python or libpython.find_shared_python(python_version)
+    if python is None:
+        print(f"no Python {python_version} built with --enable-shared found: no libpython fallback carried",
+              file=sys.stderr)
+        return None
+    try:
+        return libpython.pack(python, dest / libpython.FOLDER)
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"no libpython fallback carried: {exc}", file=sys.stderr)
+        return None
+
+
+def collect(dest: Path, python_version: str = carry.PYTHON_VERSION, libpython_from: str | None = None) -> dict:
     if dest.exists():
         shutil.rmtree(dest)
     (dest / carry.WHEELS).mkdir(parents=True)
@@ -105,6 +122,7 @@ def collect(dest: Path, python_version: str = carry.PYTHON_VERSION) -> dict:
         server = trim_server(wheel, dest / carry.SERVER_TARBALL, python_version)
         server["wheel"] = wheel.name
         server["wheel_bytes"] = wheel.stat().st_size
+    fallback = pack_libpython(dest, python_version, libpython_from)
     files = sizes(dest)
     carried = sum(files.values())
     repository = repository_bytes()
@@ -114,6 +132,7 @@ def collect(dest: Path, python_version: str = carry.PYTHON_VERSION) -> dict:
         "service_requirements": list(carry.SERVICE_REQUIREMENTS),
         "kernel_requirements": list(carry.KERNEL_REQUIREMENTS),
         "server": server,
+        "libpython": fallback,
         "files": files,
         "carry_bytes": carried,
         "repository_bytes": repository,
@@ -130,8 +149,10 @@ def main(argv=None) -> int:
     parser.add_argument("--dest", type=Path, default=carry.DEFAULT_DIR)
     parser.add_argument("--python-version", default=carry.PYTHON_VERSION,
                         help="the GPU machine's Python (another one only to rehearse the install elsewhere)")
+    parser.add_argument("--libpython-from", help="a Python of that version built with --enable-shared, whose "
+                        "libpython is carried as the fallback (default: python3.12 on PATH or pyenv's)")
     args = parser.parse_args(argv)
-    manifest = collect(args.dest, args.python_version)
+    manifest = collect(args.dest, args.python_version, args.libpython_from)
     mib = 1024 ** 2
     for name, size in manifest["files"].items():
         print(f"{size / mib:8.2f} MiB  {name}")

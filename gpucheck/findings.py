@@ -19,6 +19,8 @@ class Findings:
     python: str = sys.executable  # install: the service's interpreter (else this one)
     server_root: Path | None = None  # install: the unpacked server; stub: the tree it checked and serves from
     kernels: Path | None = None  # install: flash-linear-attention's packages, installed apart (None: not carried)
+    # stub: the carried libpython's folder, first on the server's library path, when the interpreter has none
+    libpython_dir: str | None = None
     pins: FixturePins | None = None  # checkpoint: the checkpoint built
     shapes_path: Path | None = None  # shapes: the fitted shapes' file
     fitted: dict = field(default_factory=dict)  # shapes: each shape's body and token counts

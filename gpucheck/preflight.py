@@ -1,9 +1,10 @@
 """python -m gpucheck.preflight [gpucheck options]: what the GPU check cannot do without, before it starts.
 
-It prints where this Python's libpython is and the free disk space under the scratch folder, and stops the run by
-name, with report.md and report.json in --out saying why, when the shared libpython the python backend stub links
-is missing or the disk cannot hold the checkpoint (10 GiB for the synthetic full-size one). on_device.sh runs it
-first; a stop here costs seconds, not the machine's whole lease.
+It prints where this Python's libpython is (or that the carried fallback will be used, gpucheck.libpython) and the
+free disk space under the scratch folder, and stops the run by name, with report.md and report.json in --out saying
+why, when the shared libpython the python backend stub links is missing with no fallback carried, or the disk cannot
+hold the checkpoint (10 GiB for the synthetic full-size one). on_device.sh runs it first; a stop here costs seconds,
+not the machine's whole lease.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import shutil
 import sys
 import sysconfig
 from pathlib import Path
+
+from gpucheck import libpython as carried
 
 GIB = 1024 ** 3
 DISK_NEEDED_GIB = {"synthetic-full": 10, "synthetic-small": 1, "fixture": 1}
@@ -31,13 +34,20 @@ def free_bytes(folder: Path) -> int:
     return shutil.disk_usage(existing).free
 
 
-def problems(scratch: Path, checkpoint: str) -> tuple[list[str], dict]:
-    found = {"libpython": libpython(), "scratch": str(scratch), "free_gib": round(free_bytes(scratch) / GIB, 1),
-             "needed_gib": DISK_NEEDED_GIB[checkpoint]}
+def carried_libpython(carry: Path) -> str | None:
+    """The carried fallback for this Python (gpucheck.libpython), if there is one."""
+    packed = carry / carried.FOLDER / ("libpython%d.%d.so.1.0.xz" % sys.version_info[:2])
+    return str(packed) if packed.is_file() else None
+
+
+def problems(scratch: Path, checkpoint: str, carry: Path) -> tuple[list[str], dict]:
+    found = {"libpython": libpython(), "libpython_carried": carried_libpython(carry), "scratch": str(scratch),
+             "free_gib": round(free_bytes(scratch) / GIB, 1), "needed_gib": DISK_NEEDED_GIB[checkpoint]}
+    found["libpython_used"] = "machine" if found["libpython"] else ("carried" if found["libpython_carried"] else None)
     stops = []
-    if not found["libpython"]:
-        stops.append("libpython %d.%d is missing (the python backend stub links it): no server can start"
-                     % sys.version_info[:2])
+    if not found["libpython_used"]:
+        stops.append("libpython %d.%d is missing (the python backend stub links it) and none is carried: no server "
+                     "can start" % sys.version_info[:2])
     if found["free_gib"] < found["needed_gib"]:
         stops.append(f"{found['free_gib']} GiB free under {scratch}, below the {found['needed_gib']} GiB the "
                      f"{checkpoint} checkpoint needs")
@@ -49,8 +59,12 @@ def main(argv=None) -> int:
     from gpucheck.report import FAIL, Report, Step
 
     options = parse(argv)
-    stops, found = problems(options.scratch, options.checkpoint)
-    print(f"== libpython: {', '.join(found['libpython']) or 'none'}")
+    stops, found = problems(options.scratch, options.checkpoint, options.carry)
+    if found["libpython_used"] == "carried":
+        print(f"== libpython: none on this machine; the stub will use the carried fallback "
+              f"{found['libpython_carried']}")
+    else:
+        print(f"== libpython: {', '.join(found['libpython']) or 'none'}")
     print(f"== disk: {found['free_gib']} GiB free under {found['scratch']} ({found['needed_gib']} GiB needed)")
     if not stops:
         return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import secrets
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from devstack.fixture import BUILD_SCRIPT, FixturePins
 from devstack.shim import ShimServer
 from devstack.triton import bundled_server_root, interpreter_libdir
-from gpucheck import acceptance_kit, install, kernel_lengths, stub
+from gpucheck import acceptance_kit, install, kernel_lengths, libpython, stub
 from gpucheck.cap import plan_caps, unmeasured
 from gpucheck.carry import REPO_ROOT
 from gpucheck.context import Context, Inconclusive, ServiceFault, Skip, dtype_of, script_environment
@@ -66,14 +67,16 @@ def stub_step(ctx: Context, step: Step) -> Found:
     root = ctx.options.server_root or ctx.findings.server_root or bundled_server_root()
     version = install.version_of(ctx.findings.python)
     placed = stub.place(root, version)
-    libdir = interpreter_libdir(ctx.findings.python)
-    problems = stub.linkage_problems(root, libdir, ctx.out / "ldd.txt")
-    step.data = {"server_root": str(root), "python_version": version, "stub": str(placed), "libdir": libdir,
-                 "linkage_problems": problems}
+    chosen = libpython.choose(interpreter_libdir(ctx.findings.python), version, ctx.options.carry,
+                              ctx.options.scratch)
+    problems = stub.linkage_problems(root, chosen["libdir"], ctx.out / "ldd.txt")
+    step.data = {"server_root": str(root), "python_version": version, "stub": str(placed), "libdir": chosen["libdir"],
+                 "libpython": chosen["used"], "libpython_detail": chosen["detail"], "linkage_problems": problems}
     if problems:
         raise RuntimeError("the server or its stub cannot load: " + "; ".join(problems))
-    return Found(f"stub for Python {version} in place; every library of the server and the stub found (ldd.txt)",
-                 server_root=root)
+    return Found(f"stub for Python {version} in place; libpython: {chosen['detail']}; every library of the server "
+                 f"and the stub found (ldd.txt)", server_root=root,
+                 libpython_dir=chosen["libdir"] if chosen["used"] == "carried" else None)
 
 
 # The sequence lengths the kernels are warmed at, in the order they are warmed: the shapes' calls, then one length
@@ -299,6 +302,9 @@ def _serve(ctx: Context, cap_gib: float | None, attempts: list, shim_log: str) -
         env["INTERN_DECISION_ALLOW_SLOW_KERNELS"] = "1"
     if cap_gib is not None:
         env["INTERN_DECISION_VRAM_CAP_GIB"] = f"{cap_gib:.2f}"
+    if findings.libpython_dir:  # the carried libpython, for an interpreter without its own
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            part for part in (findings.libpython_dir, os.environ.get("LD_LIBRARY_PATH", "")) if part)
     started = time.monotonic()
     allowance = ctx.step_end - started
     server, label, tried = start_server(attempts, env, repository, findings.server_root, findings.python, ctx.out,

@@ -136,11 +136,12 @@ def test_preflight_stops_by_name_without_libpython_or_disk_and_leaves_a_report(t
     from gpucheck import preflight
 
     out = tmp_path / "out"
-    assert preflight.main(["--out", str(out), "--scratch", str(tmp_path / "scratch")]) == 0
+    arguments = ["--out", str(out), "--scratch", str(tmp_path / "scratch"), "--carry", str(tmp_path / "carry")]
+    assert preflight.main(arguments) == 0
     assert not out.exists()
     monkeypatch.setattr(preflight, "libpython", lambda: [])
     monkeypatch.setattr(preflight, "free_bytes", lambda folder: 9 * preflight.GIB)
-    assert preflight.main(["--out", str(out), "--scratch", str(tmp_path / "scratch")]) == 1
+    assert preflight.main(arguments) == 1
     written = json.loads((out / "report.json").read_text())
     assert written["result"] == FAIL
     detail = written["steps"][0]["detail"]

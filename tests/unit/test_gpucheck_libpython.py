@@ -1,0 +1,84 @@
+"""libpython carried as a fallback for the python backend stub: packed stripped and compressed from a Python built
+with --enable-shared, used only where the service's interpreter has none (the preflight and the stub step say
+which), and the carry with it still inside the 64 MiB the GPU machine takes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from gpucheck import carry, collect, libpython, preflight
+
+MIB = 1024 ** 2
+VERSION = "%d.%d" % sys.version_info[:2]
+SHARED = bool(sysconfig.get_config_var("Py_ENABLE_SHARED"))
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """This interpreter's libpython packed as gpucheck.collect packs the GPU machine's version's."""
+    if not SHARED:  # the project's interpreter (scripts/bootstrap.sh, pyenv) is built with --enable-shared
+        pytest.fail("this interpreter has no shared libpython to pack")
+    folder = tmp_path_factory.mktemp("carry")
+    return folder, libpython.pack(sys.executable, folder / libpython.FOLDER)
+
+
+def test_the_fallback_is_stripped_and_small_enough_to_carry(packed):
+    _, info = packed
+    assert info["soname"] == f"libpython{VERSION}.so.1.0"
+    assert info["stripped_bytes"] < info["built_bytes"] / 2
+    assert info["carried_bytes"] <= 1.25 * carry.MEASURED_MIB["libpython"] * MIB
+
+
+def test_where_the_interpreter_has_none_the_carried_one_is_unpacked_and_the_interpreter_runs_on_it(packed, tmp_path):
+    folder, _ = packed
+    without = tmp_path / "lib"  # an interpreter's library folder without libpython
+    without.mkdir()
+    chosen = libpython.choose(str(without), VERSION, folder, tmp_path / "scratch")
+    assert chosen["used"] == "carried" and "the carried fallback" in chosen["detail"]
+    unpacked = tmp_path / "scratch" / libpython.FOLDER
+    assert chosen["libdir"].split(os.pathsep) == [str(unpacked), str(without)]
+    env = {**os.environ, "LD_LIBRARY_PATH": chosen["libdir"]}
+    linked = subprocess.run(["ldd", sys.executable], capture_output=True, text=True, env=env, check=True).stdout
+    assert str(unpacked / f"libpython{VERSION}.so.1.0") in linked
+    ran = subprocess.run([sys.executable, "-c", "import json, ssl; print(json.dumps([1]))"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert ran.returncode == 0 and ran.stdout.strip() == "[1]"
+
+
+def test_the_interpreters_own_libpython_is_used_when_it_has_one(packed, tmp_path):
+    folder, _ = packed
+    own = tmp_path / "lib"
+    own.mkdir()
+    (own / f"libpython{VERSION}.so.1.0").write_bytes(b"")
+    chosen = libpython.choose(str(own), VERSION, folder, tmp_path / "scratch")
+    assert chosen["used"] == "machine" and chosen["libdir"] == str(own)
+    assert not (tmp_path / "scratch").exists()  # nothing unpacked
+
+
+def test_without_either_the_choice_says_none(tmp_path):
+    chosen = libpython.choose(str(tmp_path), VERSION, tmp_path / "carry", tmp_path / "scratch")
+    assert chosen["used"] is None and "none is carried" in chosen["detail"]
+
+
+def test_the_preflight_goes_on_with_the_carried_one_and_says_so(tmp_path, monkeypatch, capsys):
+    carried = tmp_path / "carry" / libpython.FOLDER
+    carried.mkdir(parents=True)
+    (carried / f"libpython{VERSION}.so.1.0.xz").write_bytes(b"")
+    monkeypatch.setattr(preflight, "libpython", lambda: [])
+    monkeypatch.setattr(preflight, "free_bytes", lambda folder: 50 * preflight.GIB)
+    out = tmp_path / "out"
+    assert preflight.main(["--out", str(out), "--scratch", str(tmp_path / "s"), "--carry", str(tmp_path / "carry")]) \
+        == 0
+    assert "the stub will use the carried fallback" in capsys.readouterr().out
+    assert not out.exists()
+
+
+def test_the_carry_with_the_fallback_and_the_repository_fits_the_machines_64_mib():
+    carried = sum(carry.MEASURED_MIB.values()) * MIB
+    assert carried <= carry.TARGET_BYTES
+    assert carried + collect.repository_bytes() <= carry.LIMIT_BYTES
+
