@@ -9,8 +9,8 @@ machine that reaches the package index:
    and the vendored libraries they load, repacked as tar.xz with the wheel's relative layout (the binaries find
    their libraries through $ORIGIN-relative rpaths);
 3. libpython/: the shared libpython of a Python of the same version (--libpython-from, else the first
-   python3.12 on PATH or installed by pyenv, built with --enable-shared), stripped and xz-compressed (gpucheck.libpython), the fallback
-   for a machine whose interpreter has none;
+   python3.12 on PATH or installed by pyenv, built with --enable-shared), stripped and xz-compressed
+   (gpucheck.libpython), the fallback for a machine whose interpreter has none;
 4. manifest.json: every file's size, the total with the repository (which must stay within 64 MiB), and what the
    server's binaries show about GPU support.
 """
