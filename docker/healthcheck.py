@@ -1,7 +1,8 @@
 """Container healthchecks of the compose stack (docker/compose.yaml). Standard library only; both images ship it.
 
-    python healthcheck.py triton   # in the Triton container
-    python healthcheck.py shim     # in the shim container
+    python healthcheck.py triton         # in the Triton container: ready, and a ping through the model
+    python healthcheck.py triton-ready   # in the Triton container: ready (Kubernetes' startup probe)
+    python healthcheck.py shim           # in the shim container
 
 Exit 0 when healthy, 1 with one line on stderr when not.
 
@@ -9,7 +10,11 @@ triton: Triton and the model are ready (GET /v2/models/<model>/ready, an open AP
 through the model (wire/ping.py, from the Triton image's venv) with Triton's API key. Readiness alone is not
 enough: when the python backend's stub process dies, Triton keeps answering ready while every inference fails
 ("Stub process ... is not healthy"); the ping fails. It waits behind an inference in progress, hence its timeout
-(PING_TIMEOUT_SECONDS, or INTERN_DECISION_PING_TIMEOUT_SECONDS: Kubernetes' liveness probe sets it above one call).
+(PING_TIMEOUT_SECONDS, or INTERN_DECISION_PING_TIMEOUT_SECONDS, which the deployments set to the longest request the
+shim's settings allow plus one call: docker/multi_gpu.py, ping_timeout_seconds).
+
+triton-ready: readiness alone, from inside the container: Triton's API listens on 127.0.0.1 only, where a probe of
+the kubelet's own cannot reach it.
 
 shim: GET /health answers 200, which the shim gives only while Triton and the model are ready.
 """
@@ -52,10 +57,14 @@ def ping_model(base_url: str, model: str, env: Mapping[str, str]) -> None:
         raise Unhealthy(problem)
 
 
-def check_triton(env: dict[str, str]) -> None:
+def check_triton_ready(env: dict[str, str]) -> None:
     model = env.get("INTERN_DECISION_MODEL_NAME") or "intern_decision"
     get(f"{TRITON_URL}/v2/models/{model}/ready")
-    ping_model(TRITON_URL, model, env)
+
+
+def check_triton(env: dict[str, str]) -> None:
+    check_triton_ready(env)
+    ping_model(TRITON_URL, env.get("INTERN_DECISION_MODEL_NAME") or "intern_decision", env)
 
 
 def check_shim(env: dict[str, str]) -> None:
@@ -63,7 +72,7 @@ def check_shim(env: dict[str, str]) -> None:
     get(f"http://127.0.0.1:{port}/health")
 
 
-CHECKS = {"triton": check_triton, "shim": check_shim}
+CHECKS = {"triton": check_triton, "triton-ready": check_triton_ready, "shim": check_shim}
 
 
 def main(argv: list[str], env: dict[str, str]) -> int:

@@ -228,6 +228,17 @@ def test_triton_is_healthy_while_the_model_is_ready_and_answers_a_ping_with_the_
     assert healthcheck.main(["triton"], {**env, "INTERN_DECISION_MODEL_NAME": "other"}) == 0
 
 
+def test_tritons_readiness_check_is_readiness_alone_without_the_key(healthcheck, server, monkeypatch, tmp_path):
+    # Kubernetes' startup probe, run inside the container: Triton's API listens on 127.0.0.1 only.
+    monkeypatch.setattr(healthcheck, "TRITON_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    _Handler.answers = {"/v2/models/intern_decision/ready": 200}
+    _Handler.posts = {"/v2/models/intern_decision/infer": STUB_DEAD}
+    env = {"INTERN_DECISION_TRITON_API_KEY_FILE": str(tmp_path / "absent")}
+    assert healthcheck.main(["triton-ready"], env) == 0  # no ping, no key needed
+    _Handler.answers = {"/v2/models/intern_decision/ready": 400}
+    assert healthcheck.main(["triton-ready"], env) == 1
+
+
 def test_triton_with_a_dead_stub_is_unhealthy_though_ready(healthcheck, server, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(healthcheck, "TRITON_URL", f"http://127.0.0.1:{server.server_address[1]}")
     _Handler.answers = {"/v2/models/intern_decision/ready": 200}

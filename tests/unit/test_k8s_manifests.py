@@ -110,8 +110,11 @@ def test_triton_is_a_native_sidecar_pinging_through_the_model_and_holding_the_gp
     assert liveness["exec"]["command"][-2:] == ["/opt/intern-decision/healthcheck.py", "triton"]
     env = {item["name"]: item["value"] for item in triton["env"]}
     ping_timeout = float(env["INTERN_DECISION_PING_TIMEOUT_SECONDS"])
-    assert LONGEST_CALL_SECONDS < ping_timeout < liveness["timeoutSeconds"]  # a ping waits behind one call
+    assert ping_timeout < liveness["timeoutSeconds"]
     assert triton["startupProbe"]["periodSeconds"] * triton["startupProbe"]["failureThreshold"] >= 600
+    # From inside the container: Triton's API listens on 127.0.0.1 only, out of the kubelet's reach.
+    assert triton["startupProbe"]["exec"]["command"][-2:] == ["/opt/intern-decision/healthcheck.py", "triton-ready"]
+    assert not [probe for probe in (triton["startupProbe"], liveness) if "httpGet" in probe or "tcpSocket" in probe]
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == 1
     mounts = {mount["mountPath"]: mount for mount in triton["volumeMounts"]}
     assert mounts["/hf"]["readOnly"] is True
@@ -129,6 +132,55 @@ def test_the_shim_is_ready_on_health_alive_on_its_port_and_drains_within_the_gra
     drain = float(env["INTERN_DECISION_DRAIN_SECONDS"])
     assert pod["terminationGracePeriodSeconds"] > drain + LONGEST_CALL_SECONDS
     assert all("INTERN_DECISION_API_TOKEN_FILE" not in str(container.get("env")) for container in pod["initContainers"])
+
+
+def test_tritons_liveness_ping_waits_out_the_longest_request_the_shims_settings_allow(pod):
+    (triton,) = pod["initContainers"]
+    (shim,) = pod["containers"]
+    shim_env = {item["name"]: item["value"] for item in shim["env"]}
+    renderer = load_script("docker/multi_gpu.py")
+    timing = {argument: (int if argument == "max_calls" else float)(shim_env[name])
+              for argument, name in renderer.TIMING_SETTINGS.items() if name in shim_env and argument != "drain_seconds"}
+    ping = renderer.ping_timeout_seconds(**timing)
+    # MAX_DECISIONS calls of CALL_TIMEOUT_SECONDS hold the model; then the ping's own call.
+    assert ping == 64 * LONGEST_CALL_SECONDS + LONGEST_CALL_SECONDS
+    env = {item["name"]: item["value"] for item in triton["env"]}
+    assert float(env["INTERN_DECISION_PING_TIMEOUT_SECONDS"]) == ping
+    assert triton["livenessProbe"]["timeoutSeconds"] > ping
+
+
+def test_the_probes_tolerate_one_slow_answer(pod, resources):
+    (shim,) = pod["containers"]
+    readiness = shim["readinessProbe"]
+    assert readiness["failureThreshold"] >= 3 and readiness["timeoutSeconds"] >= 4  # /health took 3.6 s under load
+    env = {item["name"]: item["value"] for item in shim["env"]}
+    # A draining shim's 503s take it out before it stops admitting.
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] < float(env["INTERN_DECISION_DRAIN_SECONDS"])
+    active = of_kind(resources, "BackendTrafficPolicy")["spec"]["healthCheck"]["active"]
+    assert active["unhealthyThreshold"] >= 2 and float(active["timeout"].removesuffix("s")) >= 4
+
+
+def test_each_container_has_a_tmp_of_its_own(pod):
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    tmp_volumes = []
+    for container in pod["containers"] + pod["initContainers"]:
+        (mount,) = [mount for mount in container["volumeMounts"] if mount["mountPath"] == "/tmp"]
+        assert volumes[mount["name"]]["emptyDir"]["sizeLimit"], container["name"]
+        tmp_volumes.append(mount["name"])
+    assert len(set(tmp_volumes)) == len(tmp_volumes) == 2
+    # No emptyDir is shared between the two containers.
+    mounted = [{mount["name"] for mount in container["volumeMounts"] if "emptyDir" in volumes[mount["name"]]}
+               for container in pod["containers"] + pod["initContainers"]]
+    assert not mounted[0] & mounted[1]
+
+
+def test_tritons_api_is_not_reachable_from_outside_the_pod(pod, resources):
+    (triton,) = pod["initContainers"]
+    assert [port["containerPort"] for port in triton["ports"]] == [8002]  # the metrics, for Prometheus
+    argv = load_script("docker/triton/start_triton.py").command("k" * 32, [])
+    assert "--http-address=127.0.0.1" in argv and "--allow-grpc=false" in argv
+    policy = of_kind(resources, "NetworkPolicy")["spec"]
+    assert not {8000, 8001} & {port["port"] for rule in policy["ingress"] for port in rule["ports"]}
 
 
 def test_the_grace_period_is_the_drain_rule_of_the_shims_settings(pod):
@@ -194,10 +246,13 @@ def test_rollouts_take_one_replica_at_a_time_and_the_floor_is_two(resources):
     scaled = of_kind(resources, "ScaledObject")
     assert scaled["spec"]["minReplicaCount"] >= 2 and scaled["spec"]["cooldownPeriod"] >= 600
     queries = [trigger["metadata"]["query"] for trigger in scaled["spec"]["triggers"]]
-    assert queries == ["intern_decision:shim_outstanding:sum", "intern_decision:model_duty_cycle:sum"]
-    recorded = {rule.get("record") for group in load(REPO / "deploy" / "prometheus" / "rules.yaml")[0]["groups"]
-                for rule in group["rules"]}
-    assert set(queries) <= recorded
+    # Admitted work only: never requests in flight, which count 401s and /health.
+    assert queries == ["intern_decision:shim_queued:sum", "intern_decision:model_duty_cycle:sum"]
+    rules = {rule.get("record"): rule["expr"] for group in
+             load(REPO / "deploy" / "prometheus" / "rules.yaml")[0]["groups"] for rule in group["rules"]}
+    assert set(queries) <= set(rules)
+    assert rules["intern_decision:shim_queued:sum"] == "sum(intern_decision_shim_requests_queued)"
+    assert not any("in_flight" in rules[query] for query in queries)
 
 
 def test_only_the_gateway_reaches_the_api_and_only_prometheus_the_metrics(resources):
