@@ -6,7 +6,9 @@ Triton's python backend does not restart a dead stub process, and Triton 25.01's
 (docs/operations.md, "When the model process dies"); an in-place reload leaves the dead stub's shared memory behind.
 So the process that holds the GPU is restarted by what runs it: this watchdog is the Triton container's main
 process. Once the model has answered a ping through it (wire/ping.py) it pings every --ping-seconds, each ping
-allowed --ping-timeout seconds (above one call: a ping waits behind an inference in progress). When no ping has been
+allowed --ping-timeout seconds: a ping waits behind the inference in progress, so the deployment sizes it to the
+longest request the shim's settings allow plus one call (start_triton.py passes INTERN_DECISION_PING_TIMEOUT_SECONDS;
+docker/multi_gpu.py, ping_timeout_seconds: 64 x 120 + 120 s at the defaults). When no ping has been
 answered for --down-seconds, it stops tritonserver (SIGTERM, then SIGKILL to its process group after the exit
 timeout), removes the python backend's shared-memory regions of --shm-prefix and exits EXIT_MODEL_DOWN, so the
 container's restart policy starts a new one. Compose does not restart an unhealthy container; it does restart one
