@@ -246,3 +246,33 @@ def test_the_in_process_step_says_which_lengths_compiled_where(tmp_path):
         "anchor": {"289": "warm-up"}, "criteria21": {"798": "warm-up", "364": "warm-up"},
         "long16": {"3900": "in-process"}, "probe": {"7900": "in-process"}}
     assert steps._where_compiled(ctx, {"bound": {"gated_delta_rule": {"path": "reference"}}}) is None
+
+
+def test_a_run_whose_warm_up_is_cut_and_whose_optional_step_runs_out_passes_with_its_three_files(monkeypatch,
+                                                                                                 tmp_path):
+    """The cut cases end to end through the runner: the warm-up (started by the checkpoint step) still running at
+    its limit, an optional step out of time; the run passes and returns its three files, the archive holding what
+    the warm-up wrote."""
+    import tarfile
+
+    def checkpoint(ctx, step):
+        _start_fake_warmup(ctx, WARMED, warmed=False, then="hang")
+        return Found("built")
+
+    report = _run(monkeypatch, tmp_path, [
+        check.StepSpec("checkpoint", "checkpoint", checkpoint, ()),
+        check.StepSpec("kernel_warmup", "kernel_warmup", steps.kernel_warmup_step, (), essential=False),
+        check.StepSpec("server", "server", _passes, ("checkpoint",)),
+        check.StepSpec("inprocess_torch", "inprocess_torch", _runs_out, (), essential=False),
+    ], expected=0.4)
+    statuses = {name: step.status for name, step in report.steps.items()}
+    assert statuses == {"checkpoint": PASS, "kernel_warmup": SKIPPED, "server": PASS, "inprocess_torch": SKIPPED}
+    assert report.result == PASS
+    out = tmp_path / "out"
+    assert sorted(path.name for path in out.iterdir()) == sorted(check.OUT_FILES)
+    written = json.loads((out / "report.json").read_text())
+    assert written["result"] == PASS
+    assert written["facts"]["fla_warmup"].startswith("partly warmed, at 289, 798 tokens")
+    with tarfile.open(out / check.ARCHIVE_NAME) as archive:
+        warm = json.loads(archive.extractfile("gpucheck-files/kernel-warmup.json").read())
+    assert warm["lengths"] == WARMED
