@@ -212,7 +212,8 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
         self._in_head = False
         self._headers_arrived()
         self._body_arrived()
-        self.transport.pause_reading()
+        if not self.transport.is_closing():
+            self.transport.pause_reading()
         if self._answering():
             self._refusal = answer
         else:
@@ -226,6 +227,8 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         self._roster.request_answered(self)
         super().on_response_complete()
+        if self._refused and not self.transport.is_closing():
+            self.transport.pause_reading()  # uvicorn resumes reading after an answer; nothing more is read here
         if self._refusal is not None and not self._answering():
             answer, self._refusal = self._refusal, None
             self._write_and_close(answer)

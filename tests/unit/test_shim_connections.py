@@ -1,0 +1,388 @@
+"""The connections' bookkeeping (shim/connections.py) as pure logic; the server's protocol fed by hand, read by read,
+for what the read boundaries decide (header bytes per request, the pipeline's bound); the settings that set them; and
+the metrics server's deadline and bound over real sockets."""
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import urllib.request
+from collections import deque
+
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from shim import metrics, server
+from shim.connections import Roster, address_matcher
+from shim.settings import ShimSettings
+
+SECRETS = {"INTERN_DECISION_API_TOKEN": "t" * 32, "INTERN_DECISION_TRITON_API_KEY": "k" * 32}
+
+
+# --- the roster: who gives way, and when a request is refused
+
+
+def roster(**limits) -> Roster:
+    return Roster(**limits)
+
+
+def test_idle_connections_give_way_oldest_idle_first():
+    table = roster(total=3)
+    for name in "abc":
+        table.opened(name, "10.0.0.1")
+    for name in "cab":  # c idle the longest, then a, then b
+        table.request_began(name)
+        table.request_answered(name)
+    table.opened("d", "10.0.0.2")
+    table.request_began("d")
+    verdict = table.admit("d")
+    assert verdict.admitted and verdict.evict == ("c",)
+    assert len(table) == 3 and not table.is_idle("d") and table.is_idle("a")
+
+
+def test_a_connection_opened_and_silent_is_idle_since_its_opening():
+    table = roster(total=2)
+    table.opened("silent", "10.0.0.1")
+    table.opened("kept", "10.0.0.1")
+    table.request_began("kept")
+    table.request_answered("kept")  # idle after the silent one
+    table.opened("new", "10.0.0.2")
+    table.request_began("new")
+    assert table.admit("new").evict == ("silent",)
+
+
+def test_busy_connections_never_give_way_and_a_refusal_closes_nothing():
+    table = roster(total=2)
+    for name in ("busy", "idle"):
+        table.opened(name, "10.0.0.1")
+    table.request_began("busy")
+    table.opened("pipelining", "10.0.0.1")
+    table.request_began("pipelining")
+    table.request_began("pipelining")
+    table.request_answered("pipelining")  # one of its two requests still unanswered: busy
+    table.opened("new", "10.0.0.2")
+    table.request_began("new")
+    verdict = table.admit("new")  # four open, two over: only one idle
+    assert not verdict.admitted and verdict.over == "total" and verdict.evict == ()
+    assert len(table) == 4 and table.is_idle("idle")
+
+
+def test_within_the_limits_nothing_gives_way():
+    table = roster(total=4, per_peer=2)
+    table.opened("a", "10.0.0.1")
+    table.opened("b", "10.0.0.1")
+    table.request_began("b")
+    assert table.admit("b") == type(table.admit("b"))(True)
+    assert table.is_idle("a")
+
+
+def test_a_peer_over_its_share_loses_its_own_idle_connections_first_never_anothers():
+    table = roster(total=10, per_peer=2)
+    table.opened("other", "10.0.0.9")  # idle the longest, but not this peer's
+    for name in ("mine-1", "mine-2", "mine-3"):
+        table.opened(name, "10.0.0.1")
+    table.request_began("mine-3")
+    verdict = table.admit("mine-3")
+    assert verdict.admitted and verdict.evict == ("mine-1",)
+    assert table.held_by("10.0.0.1") == 2 and table.held_by("10.0.0.9") == 1
+
+
+def test_a_peer_whose_connections_are_all_busy_is_refused_while_another_peer_is_admitted():
+    table = roster(total=10, per_peer=2)
+    for name in ("mine-1", "mine-2", "mine-3"):
+        table.opened(name, "10.0.0.1")
+        table.request_began(name)
+    verdict = table.admit("mine-3")
+    assert not verdict.admitted and verdict.over == "peer"
+    table.opened("theirs", "10.0.0.2")
+    table.request_began("theirs")
+    assert table.admit("theirs").admitted
+
+
+def test_both_limits_at_once_close_the_peers_own_idle_then_the_oldest_idle():
+    table = roster(total=2, per_peer=2)
+    table.opened("other", "10.0.0.9")
+    table.opened("mine-1", "10.0.0.1")
+    table.opened("mine-2", "10.0.0.1")
+    table.opened("mine-3", "10.0.0.1")
+    table.request_began("mine-3")
+    verdict = table.admit("mine-3")  # the peer holds 3 of 2, the server 4 of 2
+    assert verdict.admitted and verdict.evict == ("mine-1", "other")
+    assert len(table) == 2 and table.held_by("10.0.0.1") == 2
+
+
+def test_the_per_peer_count_follows_opens_and_closes_and_forgets_an_empty_peer():
+    table = roster(per_peer=5)
+    table.opened("a", "10.0.0.1")
+    table.opened("b", "10.0.0.1")
+    table.closed("a")
+    table.closed("a")  # closed twice (evicted, then lost): counted once
+    assert table.held_by("10.0.0.1") == 1
+    table.closed("b")
+    assert table.held_by("10.0.0.1") == 0 and table._per_peer == {}
+
+
+def test_an_exempt_peer_counts_towards_the_total_only():
+    table = roster(total=3, per_peer=1, exempt=address_matcher(["10.1.0.0/16"]))
+    for name in ("lb-1", "lb-2", "lb-3"):
+        table.opened(name, "10.1.2.3")
+        table.request_began(name)
+    assert table.admit("lb-3").admitted and table.held_by("10.1.2.3") == 0
+    table.opened("lb-4", "10.1.2.3")
+    table.request_began("lb-4")
+    assert table.admit("lb-4").over == "total"
+
+
+def test_without_a_per_peer_share_no_peer_is_counted():
+    table = roster(total=5)
+    table.opened("a", "10.0.0.1")
+    assert table.held_by("10.0.0.1") == 0
+
+
+@pytest.mark.parametrize("peer, matches", [
+    ("10.0.0.7", True), ("10.0.1.7", True), ("10.0.2.7", False), ("::ffff:10.0.0.7", True), ("fd00::1", True),
+    ("fe80::1%eth0", False), (None, True), ("/run/shim.sock", True)])
+def test_an_address_matcher_reads_addresses_and_networks(peer, matches):
+    assert address_matcher(["10.0.0.7", "10.0.1.0/24", "fd00::/8"])(peer) is matches
+
+
+# --- the settings
+
+
+def test_the_per_peer_share_is_64_by_default_and_0_turns_it_off():
+    assert ShimSettings.from_env(SECRETS).max_connections_per_peer == 64
+    assert server.ConnectionLimits.of(ShimSettings.from_env(SECRETS)).max_per_peer == 64
+    off = ShimSettings.from_env({**SECRETS, "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0"})
+    assert server.ConnectionLimits.of(off).max_per_peer is None
+
+
+@pytest.mark.parametrize("name, value", [("MAX_CONNECTIONS_PER_PEER", "-1"), ("MAX_CONNECTIONS_PER_PEER", "few"),
+                                         ("BALANCER_ADDRESSES", "10.0.0.1, haproxy"),
+                                         ("BALANCER_ADDRESSES", "10.0.0.0/33")])
+def test_a_bad_connection_setting_is_refused_by_name(name, value):
+    with pytest.raises(ValueError, match=f"INTERN_DECISION_{name} must be"):
+        ShimSettings.from_env({**SECRETS, f"INTERN_DECISION_{name}": value})
+
+
+def test_balancer_addresses_are_read_as_networks():
+    settings = ShimSettings.from_env({**SECRETS, "INTERN_DECISION_BALANCER_ADDRESSES": " 10.0.0.7 ,172.18.0.0/16"})
+    assert settings.balancer_addresses == ("10.0.0.7/32", "172.18.0.0/16")
+    assert ShimSettings.from_env(SECRETS).balancer_addresses == ()
+
+
+# --- the protocol, fed read by read
+
+
+class FakeTransport(asyncio.Transport):
+    def __init__(self):
+        super().__init__()
+        self.written = bytearray()
+        self.closed = False
+        self.reading = True
+
+    def get_extra_info(self, name, default=None):
+        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8080)}.get(name, default)
+
+    def write(self, data) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+class DepthRecorder(deque):
+    """uvicorn's pipeline, recording the most requests it ever held."""
+    deepest = 0
+
+    def appendleft(self, item) -> None:
+        super().appendleft(item)
+        self.deepest = max(self.deepest, len(self))
+
+
+def health_app(release: asyncio.Event | None = None):
+    async def app(scope, receive, send) -> None:
+        if release is not None:
+            await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return app
+
+
+def protocol_for(app) -> tuple[server.BoundedHeadersProtocol, FakeTransport]:
+    config = uvicorn.Config(app, lifespan="off", log_level="warning")
+    protocol = server.BoundedHeadersProtocol(config=config, server_state=ServerState(), app_state={},
+                                             limits=server.ConnectionLimits(max_connections=8))
+    transport = FakeTransport()
+    protocol.connection_made(transport)
+    protocol.pipeline = DepthRecorder()
+    return protocol, transport
+
+
+def pipelined(count: int, header_bytes: int = 0) -> bytes:
+    filler = b"X-Filler: " + b"f" * header_bytes + b"\r\n" if header_bytes else b""
+    return b"".join(b"GET /health HTTP/1.1\r\nHost: x\r\n" + filler + b"\r\n" for _ in range(count))
+
+
+async def settled(condition, rounds: int = 2000) -> None:
+    """Let the loop run the answers' tasks until `condition()` (a bounded number of loop turns, not a time)."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the protocol never got there")
+
+
+def statuses_in(data: bytes) -> list[bytes]:
+    return [line.split(b"\r\n")[0] for line in data.split(b"HTTP/1.1 ")[1:]]
+
+
+def test_a_burst_of_pipelined_requests_never_queues_more_than_the_bound():
+    async def scenario():
+        release = asyncio.Event()
+        protocol, transport = protocol_for(health_app(release))
+        burst = pipelined(256 * 1024 // len(pipelined(1)))  # 7,000-odd requests in one read
+        protocol.data_received(burst)
+        queued_after_the_read = len(protocol.pipeline)
+        protocol.data_received(burst)  # read after the refusal: dropped
+        release.set()
+        await settled(lambda: transport.closed)
+        return protocol, transport, queued_after_the_read
+
+    protocol, transport, queued = asyncio.run(scenario())
+    assert queued == protocol.pipeline.deepest == server.MAX_PIPELINED_REQUESTS
+    assert not transport.reading
+    statuses = statuses_in(bytes(transport.written))
+    assert statuses == [b"200 OK"] * (1 + server.MAX_PIPELINED_REQUESTS) + [b"400 Bad Request"]
+    error = json.loads(bytes(transport.written).rpartition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "too_many_pipelined_requests"
+
+
+def test_header_bytes_are_counted_per_request_not_per_read():
+    """72 KiB of pipelined requests of 6 KiB of headers each, the read ending in the middle of one's headers: every
+    request is under MAX_HEADER_BYTES, and is answered."""
+    async def scenario():
+        protocol, transport = protocol_for(health_app())
+        burst = pipelined(12, header_bytes=6 * 1024)
+        cut = len(burst) - 3 * 1024
+        protocol.data_received(burst[:cut])
+        assert cut > server.MAX_HEADER_BYTES and not transport.closed
+        await settled(lambda: len(statuses_in(bytes(transport.written))) >= 11)
+        protocol.data_received(burst[cut:])
+        await settled(lambda: len(statuses_in(bytes(transport.written))) == 12)
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert statuses_in(bytes(transport.written)) == [b"200 OK"] * 12 and not transport.closed
+
+
+@pytest.mark.parametrize("piece", [b"X-Filler: " + b"f" * 1000 + b"\r\n", b"f" * 16 * 1024],
+                         ids=["many-headers", "one-endless-value"])
+def test_one_requests_headers_over_the_limit_are_431_however_they_are_read(piece):
+    async def scenario():
+        protocol, transport = protocol_for(health_app())
+        protocol.data_received(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Long: ")
+        fed = 0
+        while not transport.closed:
+            assert fed <= server.MAX_HEADER_BYTES + 2 * len(piece) + 1024, "never refused"
+            protocol.data_received(piece)
+            fed += len(piece)
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert bytes(transport.written).startswith(b"HTTP/1.1 431 ")
+    assert json.loads(bytes(transport.written).partition(b"\r\n\r\n")[2])["error"]["code"] == \
+        "request_header_too_large"
+
+
+def test_headers_over_the_limit_behind_a_request_in_progress_wait_for_its_answer():
+    async def scenario():
+        release = asyncio.Event()
+        protocol, transport = protocol_for(health_app(release))
+        protocol.data_received(pipelined(1) + b"GET /health HTTP/1.1\r\nX-Long: " + b"f" * 70000 + b"\r\n")
+        protocol.data_received(b"X-Next: 1\r\n")
+        assert protocol._refused and not transport.closed and transport.written == b""  # it waits its turn
+        release.set()
+        await settled(lambda: transport.closed)
+        return transport
+
+    assert statuses_in(bytes(asyncio.run(scenario()).written)) == [b"200 OK", b"431 Request Header Fields Too Large"]
+
+
+# --- the metrics server: a deadline per connection, and a bound on connections at once
+
+
+@pytest.fixture()
+def metrics_server():
+    served = metrics.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=0.5, max_connections=2)
+    try:
+        yield served.server_address[:2]
+    finally:
+        served.shutdown()
+        served.server_close()
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bytes:
+    sock.settimeout(seconds)
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+def scrape(address) -> int:
+    with urllib.request.urlopen(f"http://{address[0]}:{address[1]}/metrics", timeout=10) as response:
+        assert b"process_cpu_seconds_total" in response.read()
+        return response.status
+
+
+def test_the_metrics_server_closes_a_half_sent_request_at_its_deadline(metrics_server):
+    with socket.create_connection(metrics_server, timeout=10) as sock:
+        sock.sendall(b"GET /metr")
+        assert closed_within(sock, 10) == b""  # unbounded, this would wait for the rest forever
+    assert scrape(metrics_server) == 200
+
+
+def test_the_metrics_server_closes_a_request_trickled_past_its_deadline(metrics_server):
+    with socket.create_connection(metrics_server, timeout=10) as sock:
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 10:
+                sock.sendall(b"X")  # a byte well within any per-read timeout
+                time.sleep(0.1)
+        except OSError:
+            pass
+        assert time.monotonic() - started < 10, "still reading the trickle"
+
+
+def test_the_metrics_server_answers_503_beyond_its_connections_at_once(metrics_server):
+    held = [socket.create_connection(metrics_server, timeout=10) for _ in range(2)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /")
+        with socket.create_connection(metrics_server, timeout=10) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            refused = closed_within(sock, 10)
+    finally:
+        for sock in held:
+            sock.close()
+    assert refused.startswith(b"HTTP/1.0 503 ")
+    deadline = time.monotonic() + 10
+    while True:  # the held ones' threads end at their deadline, or once they see the close
+        try:
+            assert scrape(metrics_server) == 200
+            break
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
