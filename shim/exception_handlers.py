@@ -14,9 +14,9 @@ log = logging.getLogger("intern_decision.shim")
 
 
 def error_body(exc: ApiError | InvalidRequest) -> dict:
-    """The envelope for an error the app raises, with its 422 detail when it has one; the MCP tools' failures carry
-    the same body (shim/systemone/mcp.py)."""
-    body = envelope(exc.code, exc.message) if isinstance(exc, ApiError) else envelope(INVALID.code, str(exc))
+    """The envelope for an error the app raises, in its public words, with its 422 detail when it has one; the MCP
+    tools' failures carry the same body (shim/systemone/mcp.py)."""
+    body = envelope(exc.code, exc.public_message) if isinstance(exc, ApiError) else envelope(INVALID.code, str(exc))
     if exc.detail is not None:
         body["detail"] = exc.detail
     return body

@@ -6,9 +6,9 @@ two and costs Triton nothing of its own: the watch's verdict first (503 at once)
 an app run without its lifespan, so without the loop (the unit tests' ASGI transport), checks when asked, one check
 at a time however many callers ask.
 
-/health is open, so what it says is public: a reason never carries an exception's text or an address (the shim
-appends those after "did not answer: " or "cannot be read: "; public_reason cuts them off). The details go to the log,
-and the verdict to intern_decision_shim_model_up.
+/health is open, so what it says is public: its reason is one of a few fixed words (shim/errors.py, public_reason:
+"triton unreachable", "model not ready", ...), never Triton's own text, an exception's or an address. The details go
+to the log, and the verdict to intern_decision_shim_model_up.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from starlette.routing import Route
 from wire.facts import ModelFacts
 
 from .drain import Drain
-from .errors import DRAINING, UNAVAILABLE, ApiError, envelope
+from .errors import DRAINING, UNAVAILABLE, ApiError, envelope, public_reason
 from .metrics import ShimMetrics
 from .port.chunking import MAX_QUESTIONS_PER_CALL
 from .port.facts import FactsCache
@@ -39,16 +39,6 @@ CHUNKING = ("greedy in request order: questions 1-16 form the first call, 17-32 
             "a call with several uses q1..qN")
 
 MODEL_CHECK_SECONDS = 5.0  # how often Triton's readiness and the facts are read, whether /health is called or not
-# What precedes an exception's text in the shim's reasons (shim/port/triton.py): public_reason keeps the words, not it.
-DETAIL_MARKS = ("did not answer: ", "cannot be read: ")
-
-
-def public_reason(reason: str) -> str:
-    """`reason` without what follows the first of DETAIL_MARKS (an exception's type and text, which may name an
-    address); a parenthesis left open by the cut is closed."""
-    cut = min((reason.find(mark) + len(mark) - 2 for mark in DETAIL_MARKS if mark in reason), default=len(reason))
-    kept = reason[:cut]
-    return kept + ")" * max(0, kept.count("(") - kept.count(")"))
 
 
 class Verdict(NamedTuple):

@@ -22,7 +22,7 @@ import logging
 from wire.answer import CallAnswer
 from wire.facts import ModelFacts
 
-from ..errors import Failure, ModelFailure
+from ..errors import INFERENCE_FAILED, Failure, ModelFailure
 from .model import Model, Probe
 
 log = logging.getLogger("intern_decision.shim.watch")
@@ -52,7 +52,7 @@ class ModelWatch:
             return await self._model.predict_calls(requests, request_id)
         except ModelFailure as exc:
             if exc.failure.marks_down:
-                self._mark_down(f"an inference failed ({exc.message}); checking the model")
+                self._mark_down(f"{INFERENCE_FAILED}{exc.message}); checking the model")
                 self._wake.set()
             raise
 

@@ -15,27 +15,40 @@ model calls run under the same process-wide lock.
 
 The SDK runs each call's handler in a task of its own, outside the HTTP request's context: the handler takes the
 request id and the access line's usage from the request's scope (set there by the edge) before any work.
+
+The SDK's own JSON reader takes NaN, Infinity and repeated keys, which the routes refuse: so the endpoint first reads
+the body with the routes' strict reader (shim/edge/json_body.py, off the event loop when it is large) and notes a
+refusal in the request's scope, and a tool called by such a body answers the routes' 422 as its tool error.
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import mcp.types as types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.types import Receive, Scope, Send
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+from wire import strict_json
 
 from .. import context
+from ..edge.json_body import strict_body
 from ..errors import ApiError
 from ..exception_handlers import error_body
 from ..port.invalid import InvalidRequest
+from .request import SystemOneInvalid
 from .service import SystemOneService
+
+log = logging.getLogger("intern_decision.shim")
 
 SERVER_NAME = "intern-decision-serve"
 COMPONENTS = "#/components/schemas/"
+NOT_STRICT = "mcp_body_not_strict"  # the key, in the request's scope state, of why its body is not strict JSON
 
 
 def schema_of(openapi: dict, name: str) -> dict:
@@ -88,6 +101,8 @@ def tools(openapi: dict) -> list[types.Tool]:
 
 
 def tool_error(exc: ApiError | InvalidRequest) -> types.CallToolResult:
+    if isinstance(exc, ApiError) and exc.status >= 500:
+        log.warning("MCP tool: %s", exc)  # the detail; the caller gets the public words
     body = error_body(exc)
     return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(body))],
                                 structured_content=body, is_error=True)
@@ -116,6 +131,7 @@ class SystemOneTools:
             self._manager = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        receive = await _read_strictly(scope, receive)
         if self._manager is None:  # an app run without its lifespan (unit tests' ASGI transport)
             async with self.running():
                 await self._manager.handle_request(scope, receive, send)
@@ -130,6 +146,8 @@ class SystemOneTools:
         request_id = state.get("request_id") or "mcp"
         context.request_id.set(request_id)
         context.usage.set(state.get("usage"))
+        if NOT_STRICT in state:
+            return tool_error(SystemOneInvalid(["body"], state[NOT_STRICT], "json_invalid"))
         operation = self._operations.get(params.name)
         if operation is None:
             return tool_error(InvalidRequest(f"unknown tool {params.name!r}; this server has "
@@ -151,3 +169,23 @@ class SystemOneTools:
         if arguments:
             raise InvalidRequest(f"list_models takes no arguments, got {', '.join(sorted(arguments))}")
         return await self._service.models()
+
+
+async def _read_strictly(scope: Scope, receive: Receive) -> Receive:
+    """Reads the whole body (the edge has, within its limits) with the routes' strict reader, notes in the scope's
+    state why it is not strict JSON, and returns a receive that hands the SDK the same body."""
+    body = await Request(scope, receive).body()
+    try:
+        await strict_body(body)
+    except strict_json.NotStrictJson as exc:
+        scope.setdefault("state", {})[NOT_STRICT] = str(exc)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay

@@ -90,4 +90,4 @@ def _named(exc: ModelFailure, calls: list, item: int | None) -> ModelFailure:
         message = f"requests[{item}]: {message}"
     headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if exc.status == 503 else None
     detail = [{"loc": loc, "msg": message, "type": "value_error"}] if exc.status == 422 else None
-    return ModelFailure(exc.failure, message, exc.call, headers, detail)
+    return ModelFailure(exc.failure, message, exc.call, headers, detail, exc.reason)

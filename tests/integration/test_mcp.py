@@ -1,8 +1,10 @@
 """System One's operations as MCP tools through the real CPU stack (uvicorn shim, tritonserver, fixture checkpoint),
 called by the official MCP client (`mcp`'s Streamable HTTP client and ClientSession): every number compared with
-the fixture's predict() in this process, the token, the queue, a bad argument, and the lock shared with HTTP."""
+the fixture's predict() in this process, the token, the queue, a bad argument, arguments that are not strict JSON, and
+the lock shared with HTTP."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -27,10 +29,28 @@ QUESTIONS = {
 }
 
 
+class Rewriting(httpx2.AsyncHTTPTransport):
+    """Replaces bytes in what the client sends: the text a host whose JSON writer emits NaN or a key twice sends."""
+
+    def __init__(self, replacements: dict[bytes, bytes]):
+        super().__init__()
+        self._replacements = replacements
+
+    async def handle_async_request(self, request):
+        content = await request.aread()
+        for old, new in self._replacements.items():
+            content = content.replace(old, new)
+        headers = {key: value for key, value in request.headers.items() if key.lower() != "content-length"}
+        rewritten = httpx2.Request(request.method, request.url, headers=headers, content=content,
+                                   extensions=request.extensions)
+        return await super().handle_async_request(rewritten)
+
+
 @asynccontextmanager
 async def mcp_session(shim, token: str | None = SHIM_TOKEN, request_id: str | None = None,
-                      statuses: list | None = None):
-    """The official client's session; statuses, when given, collects the HTTP status of every answer it gets."""
+                      statuses: list | None = None, replacements: dict[bytes, bytes] | None = None):
+    """The official client's session; statuses, when given, collects the HTTP status of every answer it gets;
+    replacements, when given, are made in every body it sends."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if request_id:
         headers["X-Request-Id"] = request_id
@@ -39,7 +59,9 @@ async def mcp_session(shim, token: str | None = SHIM_TOKEN, request_id: str | No
         if statuses is not None:
             statuses.append(response.status_code)
 
-    async with httpx2.AsyncClient(headers=headers, timeout=120, event_hooks={"response": [note]}) as http, \
+    transport = Rewriting(replacements) if replacements else None
+    async with httpx2.AsyncClient(headers=headers, timeout=120, event_hooks={"response": [note]},
+                                  transport=transport) as http, \
             streamable_http_client(f"{shim.url}/mcp", http_client=http) as streams, \
             ClientSession(streams[0], streams[1]) as session:
         await session.initialize()
@@ -104,6 +126,33 @@ def test_a_bad_argument_is_a_tool_error_with_the_routes_code_and_message(shim):
         routed = http.post("/v1/systemone", json=bad, headers=AUTH).json()
     assert result.structured_content == {"error": routed["error"], "detail": routed["detail"]}
     assert result.structured_content["error"]["code"] == "invalid_request"
+
+
+@pytest.mark.parametrize("fault, replacements", [
+    ("NaN", {b'"__number__"': b"NaN"}),
+    ("Infinity", {b'"__number__"': b"-Infinity"}),
+    ("repeated key", {b'"__twice__":"x"': b'"model":"nobody","model":"' + NAME.encode() + b'"'}),
+])
+def test_arguments_that_are_not_strict_json_are_the_routes_422_as_a_tool_error(shim, fault, replacements):
+    """What /v1/systemone refuses as not strict JSON, a tool refuses the same way, inside the tool's error path."""
+    arguments = {"model": NAME, "state": {"n": "__number__", "__twice__": "x"}, "questions": QUESTIONS}
+
+    async def ask():
+        async with mcp_session(shim, replacements=replacements) as session:
+            return await session.call_tool("system_one", arguments)
+
+    result = run(ask)
+    assert result.is_error, result
+    sent = json.dumps(arguments, separators=(",", ":")).encode()
+    for old, new in replacements.items():
+        sent = sent.replace(old, new)
+    with httpx.Client(base_url=shim.url, timeout=60) as http:
+        routed = http.post("/v1/systemone", content=sent, headers={**AUTH, "Content-Type": "application/json"})
+    assert routed.status_code == 422
+    assert result.structured_content == {"error": routed.json()["error"], "detail": routed.json()["detail"]}
+    assert result.structured_content["error"]["code"] == "invalid_request"
+    assert {"NaN": "not finite", "Infinity": "not finite", "repeated key": "appears twice"}[fault] in \
+        result.structured_content["error"]["message"]
 
 
 def test_an_mcp_call_past_the_queue_is_429_busy(shim):

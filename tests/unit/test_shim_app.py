@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 
 import httpx
@@ -62,7 +63,7 @@ async def test_health_is_503_in_the_envelope_when_the_model_is_not_ready(client,
     response = await client.get("/health")
     assert response.status_code == 503
     assert response.json() == {"status": "unavailable", "error": {
-        "code": "model_unavailable", "message": "the model 'intern_decision' is not ready"}}
+        "code": "model_unavailable", "message": "model not ready"}}
 
 
 async def test_health_facts_are_cached_and_re_read_after_their_ttl():
@@ -387,7 +388,42 @@ async def test_engine_failures_keep_their_status_and_code(client, model, error, 
     model.fail_with = error
     response = await client.post("/decide", json=decide_body(), headers=AUTH)
     assert response.status_code == status
-    assert response.json() == {"error": {"code": error.code, "message": error.message}}
+    assert response.json() == {"error": {"code": error.code, "message": error.public_message}}
+
+
+@pytest.mark.parametrize("failure, detail, words", [
+    (Failure.TRANSPORT, "Triton did not answer: OSError: [Errno 111] Connect call failed ('10.1.2.3', 8000)",
+     "triton unreachable"),
+    (Failure.TRITON, "Triton answered 500: Stub process 'intern_decision_0_0' is not healthy.",
+     "triton answered an error"),
+])
+async def test_a_502_says_fixed_words_and_logs_the_detail(client, model, caplog, failure, detail, words):
+    model.fail_with = ModelFailure(failure, detail)
+    with caplog.at_level(logging.WARNING, logger="intern_decision.shim"):
+        response = await client.post("/decide", json=decide_body(), headers=AUTH)
+    assert response.status_code == 502
+    assert response.json() == {"error": {"code": "model_unavailable", "message": words}}
+    assert detail in caplog.text
+
+
+async def test_one_callers_failure_text_never_reaches_another_caller(model, caplog):
+    """The first caller's inference fails with a text of its own; the model is then down, and the next caller is
+    refused at once: in fixed words, the first caller's text in the log only."""
+    app = create_app(make_settings(probe_seconds="3600"), model)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
+        model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: the first caller's own words")
+        with caplog.at_level(logging.WARNING):
+            first = await client.post("/decide", json=decide_body(), headers=AUTH)
+            model.fail_with = None
+            second = await client.post("/decide", json=decide_body(), headers=AUTH)
+            health = await client.get("/health")
+    assert first.status_code == second.status_code == 502 and health.status_code == 503
+    assert app.state.watch.down is not None  # the second was refused by the watch, not by Triton
+    for answer in (first, second, health):
+        assert "first caller" not in answer.text
+    assert second.json()["error"]["message"] == "triton answered an error"
+    assert health.json()["error"]["message"] == "triton answered an error"
+    assert "the first caller's own words" in caplog.text
 
 
 async def test_one_failing_call_fails_the_whole_request(client, model):

@@ -218,7 +218,9 @@ async def test_model_failures_as_on_the_semif_routes_503_with_retry_after(client
     model.fail_with = ModelFailure(failure, "boom", call=0)
     response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
     assert response.status_code == status and response.headers.get("retry-after") == retry_after
-    assert response.json()["error"] == {"code": failure.error.code, "message": "call 0 (questions 1–3): boom"}
+    # a model_unavailable failure is told in fixed words (shim/errors.py, public_reason), the detail logged
+    message = "model unavailable" if failure is Failure.TRITON else "call 0 (questions 1–3): boom"
+    assert response.json()["error"] == {"code": failure.error.code, "message": message}
 
 
 async def test_an_answer_of_the_wrong_type_is_never_guessed(client, model):
@@ -292,7 +294,7 @@ async def test_encoded_bodies_are_decoded(client, model, encoding, compress):
 async def test_a_small_body_that_inflates_past_the_limit_is_413(model, encoding, compress):
     bomb = compress(json.dumps(mixed(state="x" * 2_000_000)).encode())
     assert len(bomb) < 20_000
-    async with client_for(model, max_body_bytes="100000") as client:
+    async with client_for(model, max_body_bytes="100000", max_decode_ratio="1000000") as client:
         response = await client.post("/v1/systemone", content=bomb, headers={**AUTH, "Content-Encoding": encoding})
     assert response.status_code == 413
     assert response.json()["error"]["message"] == (f"the body is larger than 100000 bytes once its {encoding} is "
@@ -457,6 +459,26 @@ async def test_an_mcp_tool_answers_what_the_route_answers_and_fails_as_it_fails(
     refused = (await client.post("/v1/systemone", json=mixed(model="nobody"), headers=AUTH)).json()
     assert bad.json()["result"]["isError"] is True
     assert bad.json()["result"]["structuredContent"] == {"error": refused["error"], "detail": refused["detail"]}
+
+
+@pytest.mark.parametrize("fault", ["NaN", "Infinity", "repeated key"])
+async def test_mcp_arguments_are_read_as_strictly_as_the_routes_body(client, model, fault):
+    """A text the SDK's reader would take: the tool answers the route's 422 as a tool error, and the model is never
+    called; the same text sent to the route is refused with the same error."""
+    arguments = json.dumps(mixed())
+    arguments = {"NaN": arguments.replace('"state": ', '"state": NaN, "x": ', 1),
+                 "Infinity": arguments.replace('"state": ', '"state": [Infinity], "x": ', 1),
+                 "repeated key": arguments.replace('"model": ', '"model": "other", "model": ', 1)}[fault]
+    text = '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "system_one", "arguments": %s}}'
+    called = await client.post("/mcp", content=(text % arguments).encode(),
+                               headers={**MCP_HEADERS, "Content-Type": "application/json"})
+    routed = await client.post("/v1/systemone", content=arguments.encode(),
+                               headers={**AUTH, "Content-Type": "application/json"})
+    assert called.status_code == 200 and routed.status_code == 422
+    result = called.json()["result"]
+    assert result["isError"] is True and result["structuredContent"]["error"]["code"] == "invalid_request"
+    assert result["structuredContent"] == {"error": routed.json()["error"], "detail": routed.json()["detail"]}
+    assert model.calls == []
 
 
 async def test_every_mcp_method_needs_the_token(client, model):
