@@ -15,6 +15,27 @@ FILLER_SENTENCE = "Entry {n}: the order was checked, the parcel was weighed and 
 # Our production shapes and the upstream anchor (one state, three questions, 289 prompt tokens).
 LONG_STATE_TOKENS = 3900  # the state's own tokens, the contract's "~3,900-token state"
 ANCHOR_TOKENS = 289
+# The anchor itself, written once: the model card's request, one state and three questions of the three types (289
+# prompt tokens with the real tokenizer), as System One asks it, and as /decide/shared asks it (choice questions,
+# the caller's question as instructions). The benchmarks (bench/) and the GPU check time it.
+ANCHOR_STATE = "The customer was charged twice and asks for the extra payment back."
+ANCHOR_QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team should handle this request?",
+             "criteria": {"billing": "Payments and refunds", "delivery": "Shipping and delivery"}},
+    "urgency": {"type": "score", "instructions": "Rate the priority.", "criteria": ["Low", "Medium", "High"]},
+    "refund_requested": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
+}
+ANCHOR_DECISIONS = [
+    {"id": "team", "question": "Which team should handle this request?",
+     "options": [{"id": "billing", "description": "Payments and refunds"},
+                 {"id": "delivery", "description": "Shipping and delivery"}]},
+    {"id": "urgency", "question": "Rate the priority.",
+     "options": [{"id": "low", "description": "Low"}, {"id": "medium", "description": "Medium"},
+                 {"id": "high", "description": "High"}]},
+    {"id": "refund_requested", "question": "Is the customer asking for a refund?",
+     "options": [{"id": "yes", "description": "The customer asks for a refund."},
+                 {"id": "no", "description": "The customer does not ask for a refund."}]},
+]
 # The 21 binary criteria run over a state as long as the bench's shape777 states (about 8,000 characters).
 REALISTIC_STATE_CHARS = 8000
 _CASE_LINES = (

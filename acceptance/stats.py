@@ -1,4 +1,5 @@
-"""Latency summaries."""
+"""Latency summaries, and the project's one percentile: the acceptance kit, the benchmarks (bench/) and the GPU
+check (gpucheck/) all take theirs from here (standard library only, so each can)."""
 from __future__ import annotations
 
 import math
@@ -6,7 +7,8 @@ from collections.abc import Sequence
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), linear between the two nearest ranks (numpy's default method)."""
+    """The q-th percentile (0..100), linear between the two nearest ranks (numpy's default method). No values is
+    a ValueError: a summary of nothing says so itself (summarize_ms: None) rather than carry a number."""
     if not values:
         raise ValueError("percentile of no values")
     if not 0 <= q <= 100:

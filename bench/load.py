@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import threading
 import time
@@ -29,6 +28,8 @@ from dataclasses import dataclass, field
 from http.client import HTTPConnection, HTTPException
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from acceptance.stats import percentile
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEALTH_INTERVAL_SECONDS = 0.05
@@ -64,10 +65,8 @@ def rss_mib(pid: int | None) -> float | None:
 def percentiles(values: list[float]) -> dict:
     if not values:
         return {"p50": None, "p99": None, "max": None}
-    ordered = sorted(values)
-    return {"p50": round(statistics.median(ordered), 2),
-            "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
-            "max": round(ordered[-1], 2)}
+    return {"p50": round(percentile(values, 50), 2), "p99": round(percentile(values, 99), 2),
+            "max": round(max(values), 2)}
 
 
 @dataclass

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from http.client import HTTPConnection
@@ -24,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from acceptance.shapes import ANCHOR_QUESTIONS, ANCHOR_STATE  # noqa: E402
+from acceptance.stats import percentile  # noqa: E402
 from devstack.fixture import build_fixture  # noqa: E402
 from devstack.shim import ShimServer  # noqa: E402
 from devstack.triton import REPO_ROOT, TritonServer  # noqa: E402
@@ -31,9 +32,8 @@ from wire.env import host_port  # noqa: E402
 
 TOKEN = "bench-token-0123456789-abcdefghijklmn"
 RESULTS = Path(__file__).with_name("results")
-ARGUMENTS = {"model": "Intern-Decision-4B", "state": "The customer was charged twice and asks for the money back.",
-             "questions": {"team": {"type": "choice", "instructions": "Which team should handle this?",
-                                    "criteria": {"billing": "Payments and refunds", "delivery": "Shipping"}}}}
+# One choice question: the anchor's first, over its state.
+ARGUMENTS = {"model": "Intern-Decision-4B", "state": ANCHOR_STATE, "questions": {"team": ANCHOR_QUESTIONS["team"]}}
 
 
 def post(connection: HTTPConnection, path: str, body: dict, headers: dict) -> tuple[float, dict]:
@@ -87,10 +87,10 @@ def main() -> int:
         triton.stop()
     summary = {
         "rounds": args.rounds, "cores": os.cpu_count(),
-        "http_outside_model_ms": {"p50": round(statistics.median(times["http"]), 2),
-                                  "p90": round(statistics.quantiles(times["http"], n=10)[-1], 2)},
-        "mcp_outside_model_ms": {"p50": round(statistics.median(times["mcp"]), 2),
-                                 "p90": round(statistics.quantiles(times["mcp"], n=10)[-1], 2)},
+        "http_outside_model_ms": {"p50": round(percentile(times["http"], 50), 2),
+                                  "p90": round(percentile(times["http"], 90), 2)},
+        "mcp_outside_model_ms": {"p50": round(percentile(times["mcp"], 50), 2),
+                                 "p90": round(percentile(times["mcp"], 90), 2)},
     }
     summary["mcp_adds_p50_ms"] = round(summary["mcp_outside_model_ms"]["p50"] - summary["http_outside_model_ms"]["p50"],
                                        2)

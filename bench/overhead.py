@@ -32,7 +32,6 @@ import inspect
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -43,6 +42,8 @@ import numpy as np
 import torch
 import tritonclient.http as httpclient
 
+from acceptance.shapes import ANCHOR_QUESTIONS, ANCHOR_STATE
+from acceptance.stats import percentile
 from devstack.fixture import build_fixture
 from devstack.process import ManagedProcess, free_port
 from devstack.shim import ShimServer
@@ -69,15 +70,6 @@ def criteria(count: int, options: int = 2, orderings: str = "none") -> list[dict
              "orderings": orderings} for n in range(count)]
 
 
-# The anchor: the checkpoint card's request, one state and three questions of the three types (289 prompt tokens
-# with the real tokenizer).
-ANCHOR_STATE = "The customer was charged twice and asks for the extra payment back."
-ANCHOR_QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team should handle this request?",
-             "criteria": {"billing": "Payments and refunds", "delivery": "Shipping and delivery"}},
-    "urgency": {"type": "score", "instructions": "Rate the priority.", "criteria": ["Low", "Medium", "High"]},
-    "refund_requested": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
-}
 SYSTEMONE_MODEL = "Intern-Decision-4B"
 
 
@@ -287,7 +279,7 @@ def route_of(body: dict) -> str:
 
 
 def summary(values: list[float]) -> dict:
-    return {"p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99))}
+    return {"p50": percentile(values, 50), "p99": percentile(values, 99)}
 
 
 def measure(args) -> dict:
