@@ -52,7 +52,7 @@ def stack(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
            "INTERN_DECISION_MAX_BODY_BYTES": str(MAX_BODY_BYTES), "INTERN_DECISION_PROBE_SECONDS": "3600",
-           "INTERN_DECISION_DRAIN_SECONDS": "0.2"}
+           "INTERN_DECISION_DRAIN_SECONDS": "0.2", "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0"}
     shim_log = folder / "shim.log"
     with shim_log.open("wb") as log:
         shim = subprocess.Popen([sys.executable, "-c", SHIM, str(port)], cwd=REPO, env=env, stdout=log,
