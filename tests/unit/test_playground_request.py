@@ -219,16 +219,25 @@ def test_the_python_code_reads_a_text_state_and_json_literals(monkeypatch):
 
 # --- answers and errors as shown -------------------------------------------------------------------------------------
 
-def test_bars_carry_each_answers_own_numbers_and_mark_the_chosen_one():
+def test_bars_carry_each_answers_own_numbers_and_mark_the_models_decision():
     choice = {"type": "choice", "choice": "b", "confidence": 0.7, "probabilities": {"a": 0.3, "b": 0.7}}
-    score = {"type": "score", "score": 1, "confidence": 0.6, "legend": {"0": "Low", "1": {"level": "High"}},
-             "probabilities": {"0": 0.4, "1": 0.6}}
-    noul = {"type": "noul", "noul": 0.25}
+    score = {"type": "score", "score": 0.6, "confidence": 0.6, "legend": {"0": "Low", "1": {"level": "High"}},
+             "probabilities": {"0": 0.4, "1": 0.6}, "x_native": {"decision": "1"}}
+    noul = {"type": "noul", "noul": 0.25, "x_native": {"probabilities": {"yes": 0.25, "no": 0.75}, "decision": "no"}}
     assert js("answerBars", choice) == [{"key": "a", "label": "a", "value": 0.3, "chosen": False},
                                         {"key": "b", "label": "b", "value": 0.7, "chosen": True}]
     assert js("answerBars", score) == [{"key": "0", "label": "0: Low", "value": 0.4, "chosen": False},
                                        {"key": "1", "label": '1: {"level":"High"}', "value": 0.6, "chosen": True}]
-    assert js("answerBars", noul) == [{"key": "true", "label": "yes (P(true))", "value": 0.25, "chosen": False}]
+    assert js("answerBars", noul) == [{"key": "true", "label": "yes", "value": 0.25, "chosen": False},
+                                      {"key": "false", "label": "no", "value": 0.75, "chosen": True}]
+
+
+def test_without_predicts_decision_the_highest_probability_is_marked():
+    score = {"type": "score", "score": 0.3, "confidence": 0.7, "legend": {"0": "Low", "1": "High"},
+             "probabilities": {"0": 0.7, "1": 0.3}}
+    assert [bar["chosen"] for bar in js("answerBars", score)] == [True, False]
+    assert js("answerBars", {"type": "noul", "noul": 0.8}) == [
+        {"key": "true", "label": "yes", "value": 0.8, "chosen": True}]
 
 
 def test_an_error_shows_the_envelopes_code_and_message_and_a_429s_wait():

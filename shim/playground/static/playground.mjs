@@ -94,7 +94,7 @@ function textInput(id, label, value, onInput, attributes = {}) {
     onInput(input.value);
     refresh();
   });
-  return [element("label", {for: id, text: label}), input];
+  return element("div", {className: "field"}, element("label", {for: id, text: label}), input);
 }
 
 function entryRows(question, index) {
@@ -107,11 +107,11 @@ function entryRows(question, index) {
     const id = `q${index}-${what}${j}`;
     const row = element("div", {className: "entry"});
     if (isChoice) {
-      row.append(...textInput(`${id}-value`, `Option ${j + 1}`, entry.value, (v) => { entry.value = v; }),
-        ...textInput(`${id}-description`, `Option ${j + 1} description (optional)`, entry.description,
+      row.append(textInput(`${id}-value`, `Option ${j + 1}`, entry.value, (v) => { entry.value = v; }),
+        textInput(`${id}-description`, `Option ${j + 1} description (optional)`, entry.description,
           (v) => { entry.description = v; }));
     } else {
-      row.append(...textInput(id, `Level ${j} text`, entry, (v) => { question.levels[j] = v; }));
+      row.append(textInput(id, `Level ${j} text`, entry, (v) => { question.levels[j] = v; }));
     }
     const remove = element("button", {type: "button", className: "small", text: "Remove",
       "aria-label": `Remove ${what} ${j + 1} of question ${index + 1}`});
@@ -138,12 +138,12 @@ function entryRows(question, index) {
 function questionBox(question, index) {
   const box = element("fieldset", {className: "question", "data-type": question.type},
     element("legend", {text: `Question ${index + 1}: ${question.type}`}));
-  box.append(...textInput(`q${index}-name`, "Name", question.name, (v) => { question.name = v; }),
-    ...textInput(`q${index}-instructions`, "Instructions (optional)", question.instructions,
+  box.append(textInput(`q${index}-name`, "Name", question.name, (v) => { question.name = v; }),
+    textInput(`q${index}-instructions`, "Instructions (optional)", question.instructions,
       (v) => { question.instructions = v; }));
   if (question.type === "noul") {
-    box.append(...textInput(`q${index}-true`, "What yes means (optional)", question.whenTrue, (v) => { question.whenTrue = v; }),
-      ...textInput(`q${index}-false`, "What no means (optional)", question.whenFalse, (v) => { question.whenFalse = v; }));
+    box.append(textInput(`q${index}-true`, "What yes means (optional)", question.whenTrue, (v) => { question.whenTrue = v; }),
+      textInput(`q${index}-false`, "What no means (optional)", question.whenFalse, (v) => { question.whenFalse = v; }));
   } else {
     box.append(entryRows(question, index));
   }
@@ -198,6 +198,12 @@ function refresh() {
 
 // --- the answer ---------------------------------------------------------------------------------------------------
 
+// The outcome in view once it is shown (below the form on a narrow window).
+function revealOutcome() {
+  const box = $("outcome").getBoundingClientRect();
+  if (box.top < 0 || box.top > window.innerHeight) $("outcome").scrollIntoView({block: "start"});
+}
+
 function showError(report, requestId) {
   const box = $("error");
   box.replaceChildren(
@@ -209,6 +215,7 @@ function showError(report, requestId) {
   if (report.fields.length) box.append(element("ul", {}, ...report.fields.map((field) => element("li", {text: field}))));
   if (requestId) box.append(element("p", {className: "help", text: `Request id ${requestId}`}));
   box.hidden = false;
+  revealOutcome();
 }
 
 function formatNumber(value) {
@@ -227,8 +234,11 @@ function answerView(name, answer) {
       "data-value": String(bar.value)}, label, element("span", {className: "bar", "aria-hidden": "true"}, fill),
       element("span", {className: "bar-value", text: formatNumber(bar.value)})));
   }
-  const summary = answer.type === "noul" ? `P(yes) ${formatNumber(answer.noul)}`
-    : `Chosen: ${answer.type === "choice" ? answer.choice : answer.score} · confidence ${answer.confidence}`;
+  const chosen = bars.find((bar) => bar.chosen);
+  const summary = answer.type === "noul" ? `P(yes) ${answer.noul}${chosen ? ` · answer: ${chosen.label}` : ""}`
+    : answer.type === "score" ? `Expected level ${answer.score} · most likely ${chosen ? chosen.label : "?"} · ` +
+      `confidence ${answer.confidence}`
+    : `Chosen: ${answer.choice} · confidence ${answer.confidence}`;
   return element("article", {className: "answer", "data-name": name, "data-type": answer.type,
     "data-confidence": answer.confidence === undefined ? "" : String(answer.confidence)},
   element("h3", {text: `${name} (${answer.type})`}), element("p", {className: "summary", text: summary}), list);
@@ -252,6 +262,7 @@ function showAnswer(body, elapsedMs, requestId) {
       (heading) => element("th", {scope: "col", text: heading})))),
     element("tbody", {}, ...rows));
   $("calls").replaceChildren(table);
+  revealOutcome();
 }
 
 async function submit(event) {

@@ -193,18 +193,34 @@ export function asPython(baseUrl, body) {
 
 // --- an answer and an error, read for display ----------------------------------------------------------------
 
-// One bar per option, level or side: {key, label, value, chosen}, value exactly the answer's number.
+// The option the model picked: predict()'s own decision (x_native.decision: its argmax under the checkpoint's
+// tie-break) where the answer carries it, else the highest probability.
+function decisionOf(answer) {
+  const native = answer.x_native;
+  if (native && typeof native.decision === "string") return native.decision;
+  if (answer.type === "noul") return answer.noul > 0.5 ? "yes" : "no";
+  if (answer.type === "choice") return answer.choice;
+  const entries = Object.entries(answer.probabilities);
+  return entries.reduce((best, entry) => (entry[1] > best[1] ? entry : best), entries[0])[0];
+}
+
+// One bar per option, level or side: {key, label, value, chosen}, value exactly the answer's number. A noul's bars
+// are P(yes) (the answer's noul) and, where predict()'s answer carries it, P(no).
 export function answerBars(answer) {
+  const decision = decisionOf(answer);
   if (answer.type === "noul") {
-    return [{key: "true", label: "yes (P(true))", value: answer.noul, chosen: answer.noul >= 0.5}];
+    const bars = [{key: "true", label: "yes", value: answer.noul, chosen: decision === "yes"}];
+    const no = answer.x_native && answer.x_native.probabilities && answer.x_native.probabilities.no;
+    if (typeof no === "number") bars.push({key: "false", label: "no", value: no, chosen: decision === "no"});
+    return bars;
   }
   return Object.entries(answer.probabilities).map(([key, value]) => {
     if (answer.type === "score") {
       const level = answer.legend && answer.legend[key];
       const label = typeof level === "string" ? `${key}: ${level}` : `${key}: ${JSON.stringify(level)}`;
-      return {key, label, value, chosen: String(answer.score) === key};
+      return {key, label, value, chosen: decision === key};
     }
-    return {key, label: key, value, chosen: answer.choice === key};
+    return {key, label: key, value, chosen: decision === key};
   });
 }
 
