@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from .bench import NEGATIVE, POOLED, REQUIRED_ROWS, SUITES, WYRD
+from .pass_rules import NEGATIVE, POOLED, REQUIRED_ROWS, SUITES, WYRD
 from .rows import DataError, parse_reference, parse_row
 
 GOLD_KEYS = ("label", "expected", "labels", "answer", "gold")

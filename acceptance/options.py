@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--flood", type=_positive_int, default=64, help="concurrent requests for the 429 check (64)")
     run.add_argument("--flood-body", type=Path, help="the JSON request body each flood request sends (check 8)")
 
-    judge = parser.add_argument_group("pass rules (checks 1-3 take the contract's figures, acceptance/bench.py)")
+    judge = parser.add_argument_group("pass rules (checks 1-3 take the contract's figures, acceptance/pass_rules.py)")
     judge.add_argument("--max-p50-ms", type=float, help="check 4: most client-side p50 per shape (not judged)")
     judge.add_argument("--memory-tolerance-mib", type=float, default=512.0,
                        help="check 6: how far reserved memory may stay above the model's post-warm-up baseline: "

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bench import SUITES
+from .pass_rules import SUITES
 
 
 class DataError(ValueError):

@@ -1,7 +1,7 @@
 """Check 2, negative control: the bench's 144 rows again with each description moved to the next option id."""
 from __future__ import annotations
 
-from ..bench import NEGATIVE, NEGATIVE_RULE
+from ..pass_rules import NEGATIVE, NEGATIVE_RULE
 from ..compare import negative_control
 from ..rows import in_suite, rotate_descriptions
 from ..scoring import score_rows

@@ -1,8 +1,8 @@
 """Check 1, positive control: the bench's pooled and Wyrd rows through /decide, single ordering, against the bench's
-numbers (acceptance/bench.py) and, row by row, against the bench's own predictions."""
+numbers (acceptance/pass_rules.py) and, row by row, against the bench's own predictions."""
 from __future__ import annotations
 
-from ..bench import MAX_TOPS_MOVED, POOLED, POOLED_RULE, WYRD, WYRD_RULE, AccuracyRule
+from ..pass_rules import MAX_TOPS_MOVED, POOLED, POOLED_RULE, WYRD, WYRD_RULE, AccuracyRule
 from ..compare import accuracy, compare_predictions
 from ..rows import Row, in_suite
 from .common import CheckFailed, Context, Verdict

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 POOLED, WYRD, NEGATIVE = "pooled", "wyrd", "negative"
 SUITES = (POOLED, WYRD, NEGATIVE)
 POOLED_RESOLUTION = 0.04  # the contract: the pooled set resolves ±4 points
-RESTARTS_IN_BENCH = 4  # the contract: 0 labels moved across 4 restarts
 MAX_TOPS_MOVED = 0
 
 

@@ -7,9 +7,9 @@ import shlex
 
 import pytest
 
-from acceptance.bench import NEGATIVE_RULE, POOLED_RULE, WYRD_RULE, standard_error
 from acceptance.checks import latency, negative, positive, stability
 from acceptance.checks.common import Context
+from acceptance.pass_rules import NEGATIVE_RULE, POOLED_RULE, WYRD_RULE, standard_error
 from acceptance.client import Reply
 from acceptance.options import parse_options
 
