@@ -12,8 +12,6 @@ from typing import Any
 
 CHOICE, SCORE, NOUL = "choice", "score", "noul"
 ANSWER_TYPES = (CHOICE, SCORE, NOUL)
-# The noul options in predict()'s order (no, yes); P(yes) is the answer.
-NOUL_VALUES = ("no", "yes")
 
 # The keys the model adds to predict()'s output, one place for both sides.
 PROMPT_SHA256 = "prompt_sha256"
