@@ -4,7 +4,8 @@
 #   bash gpucheck/on_device.sh OUT [gpucheck options]
 #
 # It prints what decides whether the check can work there (the machine's scipy and scikit-learn, which need
-# numpy 2; the card; where libpython 3.12 is and the free disk, stopping by name when either is missing), then runs
+# numpy 2; the card; where libpython 3.12 is, or that the carried one will be used, and the free disk, stopping by
+# name when libpython is missing with none carried or the disk is short), then runs
 # `python3 -m gpucheck --out OUT`, which leaves at most
 # three files in OUT: report.md, report.json and gpucheck-files.tar.gz (every log and measurement). The rehearsal
 # (python -m gpucheck.rehearse) runs this same script, with `--device cpu --checkpoint synthetic-small`.
