@@ -435,7 +435,10 @@ def test_a_transfer_encoding_other_than_chunked_alone_is_refused(edge, coding):
     assert error["code"] == "unsupported_transfer_encoding" and "chunked alone" in error["message"]
 
 
-def test_health_answers_within_a_second_while_four_streams_of_empty_zstd_frames_arrive(edge):
+def test_health_keeps_answering_while_four_streams_of_empty_zstd_frames_arrive(edge):
+    """/health is polled while four streams of empty zstd frames (30 MiB each) arrive: each poll is answered 200
+    (within the socket's 10 s: a loop held by decoding would stall them), and every stream is refused, not decoded.
+    No latency bound: a busy machine slows every answer alike."""
     frames = zstd.compress(b"") * (256 * 1024 // len(zstd.compress(b"")))
     chunk = hex(len(frames))[2:].encode() + b"\r\n" + frames + b"\r\n"
     stop = threading.Event()
@@ -457,20 +460,19 @@ def test_health_answers_within_a_second_while_four_streams_of_empty_zstd_frames_
     senders = [threading.Thread(target=stream, daemon=True) for _ in range(4)]
     for sender in senders:
         sender.start()
-    waits = []
+    health: list[bytes] = []
     try:
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
+        while len(health) < 5 or any(sender.is_alive() for sender in senders):
             with connect(edge) as sock:
-                started = time.monotonic()
                 sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                assert read_response(sock).startswith(b"HTTP/1.1 200 ")
-                waits.append(time.monotonic() - started)
-            time.sleep(0.05)
+                health.append(read_response(sock).split(b"\r\n")[0])
+            if len(health) >= 60:
+                break
     finally:
         stop.set()
         for sender in senders:
             sender.join(30)
-    assert max(waits) < 1.0, waits
+    assert health and set(health) == {b"HTTP/1.1 200 OK"}, health
+    assert len(answers) == 4
     for answer in answers:  # refused, not decoded: a 4xx, or the connection cut while it still sent
         assert answer == b"reset while sending" or answer.startswith((b"HTTP/1.1 413 ", b"HTTP/1.1 422 ")), answer[:200]
