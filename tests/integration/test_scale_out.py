@@ -31,9 +31,12 @@ from .helpers import SHIM_TOKEN, calls, decide, model_env, read_metrics, read_un
 pytestmark = pytest.mark.triton
 NEXT_TOKEN = "scale-out-next-token-0123456789-abcdefgh"
 MAX_QUEUE = 2
-CHECK_INTER = "500ms"  # fall 2: a replica is out about a second after its /health turns 503
+CHECK_INTER = "500ms"  # fall 3, fastinter 250 ms: a replica is out about a second after its /health turns 503
 DRAIN_SECONDS = 2.5  # above what HAProxy needs to notice
 FLOOD = 20  # half-open requests, as many as the flooded balancer's maxconn
+# Every caller here is 127.0.0.1: the fleet's balancer gets a request rate per source no test reaches (the rate bound
+# itself is tests/unit/test_balancer_bounds.py's).
+UNBOUNDED_RATE = 1_000_000
 
 
 def auth(token: str = SHIM_TOKEN) -> dict[str, str]:
@@ -88,7 +91,8 @@ def fleet(fixture_pins, tmp_path_factory):
         for replica in replicas:
             replica.shim.wait_ready(timeout=60)
         haproxy = HAProxyServer([(replica.name, f"127.0.0.1:{replica.shim.port}") for replica in [*replicas, wrong]],
-                                folder / "haproxy", check_inter=CHECK_INTER).start()
+                                folder / "haproxy", check_inter=CHECK_INTER,
+                                per_source_requests=UNBOUNDED_RATE).start()
         started.append(haproxy)
         haproxy.wait_ready(timeout=30)
         time.sleep(1.5)  # both good replicas past `rise 2`
@@ -203,10 +207,11 @@ def test_a_replica_whose_model_refused_its_pin_never_gets_traffic(fleet):
 
 
 def half_open_post(port: int) -> socket.socket:
-    """A POST without a token that declares a body of 1,000,000 bytes and sends none of it."""
+    """A POST with a wrong token that declares a body of 1,000,000 bytes (under MAX_BODY_BYTES, 1 MiB) and sends
+    none of it. (Without an Authorization header HAProxy answers it 401 at once.)"""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     sock.sendall(b"POST /decide HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: 1000000\r\n\r\n")
+                 b"Authorization: Bearer not-the-token\r\nContent-Length: 1000000\r\n\r\n")
     return sock
 
 
@@ -223,7 +228,8 @@ def timed_request(url: str, method: str, path: str, results: dict, name: str, **
 def test_a_flood_of_unauthenticated_half_open_posts_leaves_health_and_a_caller_answered_within_a_second(fleet, tmp_path):
     # A balancer of its own, from the same template, whose maxconn the flood fills.
     haproxy = HAProxyServer([(replica.name, f"127.0.0.1:{replica.shim.port}") for replica in fleet.replicas],
-                            tmp_path / "haproxy", check_inter=CHECK_INTER, maxconn=FLOOD).start()
+                            tmp_path / "haproxy", check_inter=CHECK_INTER, maxconn=FLOOD,
+                            per_source_requests=UNBOUNDED_RATE).start()
     flood: list[socket.socket] = []
     try:
         haproxy.wait_ready(timeout=30)
@@ -347,8 +353,8 @@ def test_killing_one_triton_takes_its_replica_out_and_the_other_keeps_answering(
     after_out = load.statuses[settled:]
     assert after_out and set(after_out) == {200}  # once it is out, nothing fails
     # What was in flight on the killed Triton fails (502, its calls lost), and so does what reaches the replica until
-    # its /health has failed twice: its first 502 brings the next check forward (on-error fastinter), the second
-    # comes FASTINTER later. An answer alone never takes a replica out.
+    # its /health has failed three times: its first 502 brings the next check forward (on-error fastinter), the
+    # others come FASTINTER apart. An answer alone never takes a replica out.
     assert all(failure.startswith('502 {"error":{"code":"model_unavailable"') for failure in load.failures)
     assert all(at - killed_at < 2.0 for at in load.failed_at), [at - killed_at for at in load.failed_at]
     assert shim_requests(killed.shim) == served_while_out  # no traffic once out
