@@ -142,3 +142,32 @@ def test_the_playground_imports_nothing_of_the_shim_and_only_the_app_imports_it(
                 for target in imported if not within(target, "shim.playground")]
     users = {name for name, imported in SHIM.items() if any(within(target, "shim.playground") for target in imported)}
     assert {name for name in users if not within(name, "shim.playground")} == {"shim.app"}
+
+
+# Knowledge written once, where every package that needs it may import it (the acceptance kit is standard library
+# only, and the benchmarks and the GPU check already import it).
+ONE_PERCENTILE = "acceptance/stats.py"
+ONE_ANCHOR = "acceptance/shapes.py"
+ANCHOR_STATE_TEXT = "The customer was charged twice and asks for the extra payment back."
+
+
+@pytest.mark.parametrize("top", ["acceptance", "bench"])
+def test_one_percentile(top):
+    """No second percentile: no function of that name, no numpy percentile, no statistics.quantiles."""
+    found = []
+    for path in (ROOT / top).rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "percentile":
+                found.append(f"{path.relative_to(ROOT)}: def percentile")
+            elif isinstance(node, ast.Attribute) and node.attr in ("percentile", "quantile", "quantiles"):
+                found.append(f"{path.relative_to(ROOT)}: .{node.attr}")
+    assert found == ([f"{ONE_PERCENTILE}: def percentile"] if top == "acceptance" else [])
+
+
+@pytest.mark.parametrize("top", ["acceptance", "bench"])
+def test_one_anchor_request(top):
+    """The anchor's state is written in one place; the others import it."""
+    writing = [str(path.relative_to(ROOT)) for path in (ROOT / top).rglob("*.py")
+               if ANCHOR_STATE_TEXT in path.read_text()]
+    assert writing == ([ONE_ANCHOR] if top == "acceptance" else [])
