@@ -29,7 +29,7 @@ OUT_FILES = ("report.json", "report.md", ARCHIVE_NAME)  # everything the check l
 class StepSpec:
     name: str
     title: str
-    function: object  # (ctx, step) -> gpucheck.findings.Found
+    function: object  # (ctx) -> gpucheck.findings.Found; raises Skip, Inconclusive or an error, with its data
     needs: tuple  # the steps it needs (passed or skipped)
     # False: skipped, not failed, when time is short or it runs out; fails only for a fault of the service
     # (outcome_of_error), and its inconclusive outcome does not decide the run
@@ -89,6 +89,11 @@ def _time_refusal(mode: str, spec: StepSpec, allowed: float, later: list) -> str
             + (f" (time kept for {', '.join(kept)})" if kept else ""))
 
 
+def _data_of(exc: Exception) -> dict:
+    """What a step measured before it raised (gpucheck.context.keeping), for its report entry."""
+    return dict(getattr(exc, "data", None) or {})
+
+
 def outcome_of_error(spec: StepSpec, exc: Exception) -> tuple[str, str]:
     """(status, detail) of a step that raised. An essential step fails. An optional one fails only for a fault of
     the service (ServiceFault); one that ran out of time is skipped, and one the check could not finish for another
@@ -140,20 +145,22 @@ def run(options: Options) -> Report:
             try:
                 if spec.decide is not None:
                     ctx.findings = replace(ctx.findings, **spec.decide(ctx))
-                found = spec.function(ctx, step)
+                found = spec.function(ctx)
                 ctx.findings = replace(ctx.findings, **found.facts)
+                step.data = dict(found.data)
                 step.detail = found.summary or ""
                 step.status = PASS
             except Skip as exc:
-                step.status, step.detail = SKIPPED, str(exc)
+                step.status, step.detail, step.data = SKIPPED, str(exc), _data_of(exc)
             except Inconclusive as exc:
-                step.status, step.detail = INCONCLUSIVE, str(exc)
+                step.status, step.detail, step.data = INCONCLUSIVE, str(exc), _data_of(exc)
             except DeadlineReached as exc:
                 step.status = FAIL if spec.essential else SKIPPED
-                step.detail = f"{exc} during this step"
+                step.detail, step.data = f"{exc} during this step", _data_of(exc)
                 raise
             except Exception as exc:  # a failed step is reported, and the steps that do not need it still run
                 step.status, step.detail = outcome_of_error(spec, exc)
+                step.data = _data_of(exc)
             finally:
                 step.seconds = round(time.monotonic() - started, 1)
                 step.data.setdefault("allowance_seconds", round(allowed, 1))

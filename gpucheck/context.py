@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,16 +18,37 @@ from intern_decision_model.offline import OFFLINE_ENV
 
 
 class Skip(Exception):
-    """The step does not apply here; the message says why."""
+    """The step does not apply here; the message says why, data what it found before it knew."""
+
+    def __init__(self, message: str, data: dict | None = None):
+        super().__init__(message)
+        self.data = data or {}
 
 
 class Inconclusive(Exception):
-    """The step ran and nothing failed, but what it measured cannot decide it; the message says why."""
+    """The step ran and nothing failed, but what it measured (data) cannot decide it; the message says why."""
+
+    def __init__(self, message: str, data: dict | None = None):
+        super().__init__(message)
+        self.data = data or {}
 
 
 class ServiceFault(RuntimeError):
     """The service itself did wrong (a check of the acceptance kit failed, the service scored other prompts than
     predict()): the one failure an optional step reports as such."""
+
+
+@contextmanager
+def keeping(data: dict):
+    """What a step has measured so far (data, which it fills as it goes), handed to the runner with whatever the step
+    raises, the deadline included, unless the exception carries its own: so a step cut or failed halfway still
+    reports it, and never writes its report entry itself."""
+    try:
+        yield data
+    except Exception as exc:
+        if not getattr(exc, "data", None):
+            exc.data = data
+        raise
 
 
 @dataclass

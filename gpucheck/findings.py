@@ -38,13 +38,16 @@ FINDINGS = frozenset(entry.name for entry in fields(Findings))
 
 @dataclass(frozen=True, init=False)
 class Found:
-    """A passing step's result: Found(summary, **facts), facts named as Findings' fields (TypeError otherwise)."""
+    """A passing step's result: Found(summary, data, **facts): its one line, what it measured for the report (its
+    entry's data), and what later steps read, named as Findings' fields (TypeError otherwise)."""
     summary: str
+    data: MappingProxyType
     facts: MappingProxyType
 
-    def __init__(self, summary: str, **facts):
+    def __init__(self, summary: str, data: dict | None = None, **facts):
         unknown = sorted(set(facts) - FINDINGS)
         if unknown:
             raise TypeError(f"not a finding: {', '.join(unknown)}")
         object.__setattr__(self, "summary", summary)
+        object.__setattr__(self, "data", MappingProxyType(dict(data or {})))
         object.__setattr__(self, "facts", MappingProxyType(facts))

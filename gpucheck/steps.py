@@ -1,8 +1,9 @@
-"""The check's steps, each a function of the context and its report entry that returns a Found: its one-line detail
-and what it found (gpucheck.findings), which gpucheck.check records into the context for the steps after it. A step
-raises Skip, Inconclusive or any error otherwise. Steps read what earlier steps found (ctx.findings) and never write
-it; they hand the runner its resources (the served stack, the kernel warm-up) through the context's methods.
-gpucheck.check runs them in order under their allowances."""
+"""The check's steps, each a function of the context that returns a Found: its one-line detail, what it measured
+(its report entry's data) and what it found for the steps after it (gpucheck.findings). A step raises Skip or
+Inconclusive (with its data), or any error; what it measured before an error travels with it (context.keeping).
+Steps read what earlier steps found (ctx.findings) and never write it, nor their report entry: gpucheck.check
+records both. They hand the runner its resources (the served stack, the kernel warm-up) through the context's
+methods. gpucheck.check runs them in order under their allowances."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,22 +19,21 @@ from devstack.triton import bundled_server_root, interpreter_libdir
 from gpucheck import acceptance_kit, install, kernel_lengths, libpython, stub
 from gpucheck.cap import plan_caps, unmeasured
 from gpucheck.carry import REPO_ROOT
-from gpucheck.context import Context, Inconclusive, ServiceFault, Skip, dtype_of, script_environment
+from gpucheck.context import Context, Inconclusive, ServiceFault, Skip, dtype_of, keeping, script_environment
 from gpucheck.deadline import StepTimeout, finish_logged, kill_group, run_logged, start_logged
 from gpucheck.environment import nvidia_smi
 from gpucheck.findings import Found
-from gpucheck.report import PASS, Step
+from gpucheck.report import PASS
 from gpucheck.service import time_shape
 from gpucheck.stack import VARIANT, Stack, health, prepare_repository, start_server
 from intern_decision_model.kernels import FAST
 
 
-def environment(ctx: Context, step: Step) -> Found:
+def environment(ctx: Context) -> Found:
     path = ctx.out / "environment.json"
     ctx.script("gpucheck.environment", ["--out", path], "environment.log", python=ctx.machine_python)
     facts = json.loads(path.read_text())
     facts["nvidia_smi"] = nvidia_smi(ctx.out / "nvidia-smi.txt", "at start")
-    step.data = facts
     gpu = facts.get("gpu")
     card = f"{gpu['name']} ({gpu['capability']}, {gpu['memory_gib']} GiB)" if gpu else "none"
     kernels = facts.get("kernels", {})
@@ -42,11 +42,12 @@ def environment(ctx: Context, step: Step) -> Found:
               + "; ".join(f"{name} {'imports, ' + str(entry['version']) if entry['importable'] else 'does not import'}"
                           for name, entry in kernels.items()))
     if ctx.cuda and not facts.get("cuda_available"):
-        raise RuntimeError(f"torch sees no CUDA device. {detail}")
-    return Found(detail)
+        with keeping(facts):
+            raise RuntimeError(f"torch sees no CUDA device. {detail}")
+    return Found(detail, facts)
 
 
-def install_step(ctx: Context, step: Step) -> Found:
+def install_step(ctx: Context) -> Found:
     if not ctx.gpu:
         raise Skip(".venv (scripts/bootstrap.sh) has everything the CPU run needs")
     facts = install.install(ctx.machine_python, ctx.options.carry, ctx.options.scratch, ctx.out / "install.log",
@@ -56,26 +57,26 @@ def install_step(ctx: Context, step: Step) -> Found:
         carried = json.loads(manifest.read_text())
         facts["carried_bytes"] = carried.get("carry_bytes")
         facts["carried_with_repository_bytes"] = carried.get("total_bytes")
-    step.data = facts
     python, kernels = facts["python"], Path(facts["kernels"]) if facts["kernels"] else None
     return Found(f"environment {python}: " + ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
-                 + f"; server unpacked; kernel packages {'installed apart' if kernels else 'not carried'}",
+                 + f"; server unpacked; kernel packages {'installed apart' if kernels else 'not carried'}", facts,
                  python=python, server_root=Path(facts["server_root"]), kernels=kernels)
 
 
-def stub_step(ctx: Context, step: Step) -> Found:
+def stub_step(ctx: Context) -> Found:
     root = ctx.options.server_root or ctx.findings.server_root or bundled_server_root()
     version = install.version_of(ctx.findings.python)
     placed = stub.place(root, version)
     chosen = libpython.choose(interpreter_libdir(ctx.findings.python), version, ctx.options.carry,
                               ctx.options.scratch)
     problems = stub.linkage_problems(root, chosen["libdir"], ctx.out / "ldd.txt")
-    step.data = {"server_root": str(root), "python_version": version, "stub": str(placed), "libdir": chosen["libdir"],
-                 "libpython": chosen["used"], "libpython_detail": chosen["detail"], "linkage_problems": problems}
+    data = {"server_root": str(root), "python_version": version, "stub": str(placed), "libdir": chosen["libdir"],
+            "libpython": chosen["used"], "libpython_detail": chosen["detail"], "linkage_problems": problems}
     if problems:
-        raise RuntimeError("the server or its stub cannot load: " + "; ".join(problems))
+        with keeping(data):
+            raise RuntimeError("the server or its stub cannot load: " + "; ".join(problems))
     return Found(f"stub for Python {version} in place; libpython: {chosen['detail']}; every library of the server "
-                 f"and the stub found (ldd.txt)", server_root=root,
+                 f"and the stub found (ldd.txt)", data, server_root=root,
                  libpython_dir=chosen["libdir"] if chosen["used"] == "carried" else None)
 
 
@@ -100,7 +101,7 @@ def start_kernel_warmup(ctx: Context):
                         ctx.out / "kernel-warmup.log", env=env, cwd=REPO_ROOT, stdout_to_log=True)
 
 
-def checkpoint_step(ctx: Context, step: Step) -> Found:
+def checkpoint_step(ctx: Context) -> Found:
     ctx.start_warmup(lambda: start_kernel_warmup(ctx))  # the runner's from here on, whatever the build does
     python = ctx.findings.python
     root = ctx.options.scratch / "hf"
@@ -113,33 +114,33 @@ def checkpoint_step(ctx: Context, step: Step) -> Found:
                         cwd=REPO_ROOT)
     facts = json.loads(output.strip().splitlines()[-1])
     pins = FixturePins(Path(facts["checkpoint"]), facts["revision"], facts["inference_sha256"])
-    step.data = facts
     if kind == "fixture":
-        return Found(f"tiny fixture, revision {facts['revision'][:12]}", pins=pins)
+        return Found(f"tiny fixture, revision {facts['revision'][:12]}", facts, pins=pins)
     return Found(f"{kind}: {facts['parameters']:,} parameters, {facts['weight_bytes'] / 1e9:.2f} GB in "
                  f"{facts['shards']} shards, revision {facts['revision'][:12]}, built in "
-                 f"{facts['seconds']['total']} s (weights {facts['seconds']['weights']} s)", pins=pins)
+                 f"{facts['seconds']['total']} s (weights {facts['seconds']['weights']} s)", facts, pins=pins)
 
 
-def shapes_step(ctx: Context, step: Step) -> Found:
+def shapes_step(ctx: Context) -> Found:
     path = ctx.options.scratch / "shapes.json"
     ctx.script("gpucheck.fit", ["--checkpoint", ctx.findings.pins.checkpoint, "--out", path], "shapes.log")
     written = json.loads(path.read_text())
     fitted = written["shapes"]
-    step.data = {"tokenizer_size": written["tokenizer_size"],
-                 "shapes": {name: {key: value for key, value in shape.items() if key != "body"}
-                            for name, shape in fitted.items()}}
+    data = {"tokenizer_size": written["tokenizer_size"],
+            "shapes": {name: {key: value for key, value in shape.items() if key != "body"}
+                       for name, shape in fitted.items()}}
     missed = [f"{name} {shape['tokens'][0]} tokens for {shape['target_tokens']}"
               for name, shape in fitted.items() if not shape["reached"]]
     detail = "; ".join(f"{name} {'+'.join(map(str, shape['tokens']))} tokens" for name, shape in fitted.items())
     if missed and ctx.options.checkpoint != "fixture":
-        raise RuntimeError("targets not reached: " + "; ".join(missed))
+        with keeping(data):
+            raise RuntimeError("targets not reached: " + "; ".join(missed))
     if missed:
         detail += " (the tiny fixture's tokenizer cannot reach: " + "; ".join(missed) + ")"
-    return Found(detail, shapes_path=path, fitted=fitted)
+    return Found(detail, data, shapes_path=path, fitted=fitted)
 
 
-def kernel_warmup_step(ctx: Context, step: Step) -> Found:
+def kernel_warmup_step(ctx: Context) -> Found:
     """Waits for the warm-up up to this step's allowance. A warm-up still running then, one that exits with an error
     or one that fails at some lengths is recorded and skipped, never a failure: the in-process run compiles what it
     did not reach (or measures with torch where fla fails), and says which lengths compiled where."""
@@ -158,22 +159,22 @@ def kernel_warmup_step(ctx: Context, step: Step) -> Found:
     finally:
         kill_group(job)  # cut at this step's allowance: the in-process run compiles what is left itself
     found = _partial(ctx.out / "kernel-warmup.json")
-    step.data = {**found, "cut": cut} if cut else found
+    data = {**found, "cut": cut} if cut else found
     lengths = found.get("lengths") or {}
     warmed = [length for length, entry in lengths.items() if "second_seconds" in entry]
     failed = {length: entry["error"] for length, entry in lengths.items() if "error" in entry}
     if not cut and not failed and found.get("warmed"):
         firsts = ", ".join(f"{length} tokens {entry['first_seconds']} s (then {entry['second_seconds']} s)"
                            for length, entry in lengths.items())
-        return Found(f"fla {found['fla']} compiled and autotuned in {found['seconds']} s: first calls {firsts}")
+        return Found(f"fla {found['fla']} compiled and autotuned in {found['seconds']} s: first calls {firsts}", data)
     if not cut and not lengths:
-        raise Skip(found.get("reason") or "the warm-up wrote no result")
+        raise Skip(found.get("reason") or "the warm-up wrote no result", data)
     parts = [f"the warm-up {cut}"] if cut else []
     parts.append(f"warmed at {', '.join(warmed)} tokens" if warmed else "warmed at no length")
     if failed:
         parts.append("fla failed at " + "; ".join(f"{length} tokens ({error})" for length, error in failed.items()))
     raise Skip("recorded, not a failure: " + "; ".join(parts)
-               + "; the in-process run compiles the rest, or measures with torch where fla fails")
+               + "; the in-process run compiles the rest, or measures with torch where fla fails", data)
 
 
 # Of an in-process run's budget: importing torch and transformers before the script's own clock starts, and the
@@ -220,7 +221,7 @@ def _describe_inprocess(result: dict) -> str:
             f"linear attention {result.get('linear_attention')}: {bound}")
 
 
-def inprocess_step(ctx: Context, step: Step) -> Found:
+def inprocess_step(ctx: Context) -> Found:
     note = ""
     try:
         result = _run_inprocess(ctx, "inprocess.json", block=False,
@@ -228,16 +229,16 @@ def inprocess_step(ctx: Context, step: Step) -> Found:
     except (RuntimeError, TimeoutError) as exc:
         first = _partial(ctx.out / "inprocess.json")
         if not first.get("kernels", {}).get("fla", {}).get("importable") or first.get("kernels_blocked"):
-            step.data = first  # what was measured before the failure
-            raise
+            with keeping(first):  # what was measured before the failure
+                raise
         # fla imported but the run with it failed: measure with transformers' torch implementations instead.
         (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-with-fla-failed.json")
         note = f"; with fla it failed ({exc}), measured without it"
         try:
             result = _run_inprocess(ctx, "inprocess.json", block=True)
         except (RuntimeError, TimeoutError):
-            step.data = _partial(ctx.out / "inprocess.json")
-            raise
+            with keeping(_partial(ctx.out / "inprocess.json")):
+                raise
     caps = ctx.findings.caps
     if ctx.cuda:
         try:
@@ -245,13 +246,13 @@ def inprocess_step(ctx: Context, step: Step) -> Found:
         except (KeyError, TypeError):  # a shape or the probe is missing: served uncapped, check 6 inconclusive
             caps = unmeasured()
     compiled = _where_compiled(ctx, result)
-    step.data = {**result, "caps": caps, "compiled": compiled}
+    data = {**result, "caps": caps, "compiled": compiled}
     if compiled:
         here = sorted({tokens for calls in compiled.values() for tokens, where in calls.items() if where != "warm-up"},
                       key=int)
         note += (f"; fla compiled in-process at {', '.join(here)} tokens (the warm-up did not reach them)" if here
                  else "; every length's fla kernels came from the warm-up")
-    return Found(_describe_inprocess(result) + note, inprocess=result, inprocess_path=result.get("linear_attention"),
+    return Found(_describe_inprocess(result) + note, data, inprocess=result, inprocess_path=result.get("linear_attention"),
                  kernels_bound=any(entry.get("path") == "fast" for entry in (result.get("bound") or {}).values()),
                  caps=caps)
 
@@ -331,7 +332,7 @@ def serving_choice(ctx: Context) -> dict:
     return {"slow_kernels_allowed": ctx.cuda and ctx.findings.inprocess_path != FAST}
 
 
-def server_step(ctx: Context, step: Step) -> Found:
+def server_step(ctx: Context) -> Found:
     findings = ctx.findings
     if findings.kernels_bound and findings.kernels is not None:
         install.expose_kernels(findings.python, findings.kernels, ctx.out / "install.log")
@@ -342,39 +343,39 @@ def server_step(ctx: Context, step: Step) -> Found:
         nvidia_smi(ctx.out / "nvidia-smi.txt", "serving (after startup)")
     served = (facts.get("model") or {}).get("linear_attention")
     server, shim = ctx.stack.server, ctx.stack.shim
-    step.data = {"config": ctx.stack.config, "attempts": ctx.stack.attempts, "ready_seconds": ready_seconds,
-                 "vram_cap_gib": cap, "caps": findings.caps,
-                 "kernels_exposed": bool(findings.kernels_bound and findings.kernels), "health": facts,
-                 "linear_attention": served, "slow_kernels_allowed": findings.slow_kernels_allowed,
-                 "triton": server.http_url, "metrics": server.metrics_url, "shim": shim.url}
+    data = {"config": ctx.stack.config, "attempts": ctx.stack.attempts, "ready_seconds": ready_seconds,
+            "vram_cap_gib": cap, "caps": findings.caps,
+            "kernels_exposed": bool(findings.kernels_bound and findings.kernels), "health": facts,
+            "linear_attention": served, "slow_kernels_allowed": findings.slow_kernels_allowed,
+            "triton": server.http_url, "metrics": server.metrics_url, "shim": shim.url}
     capped = f", production VRAM cap {cap} GiB" if cap else (", uncapped" if ctx.cuda else "")
     slow = ", INTERN_DECISION_ALLOW_SLOW_KERNELS=1 set by the check" if findings.slow_kernels_allowed else ""
     return Found(f"config {ctx.stack.config} ready after {ready_seconds} s{capped}; linear attention {served}{slow}; "
-                 f"shim on {shim.url}; /health {facts.get('status')}")
+                 f"shim on {shim.url}; /health {facts.get('status')}", data)
 
 
 SERVICE_LAST_ROUND_SECONDS = 5  # a shape's last request may start just before its slice ends
 
 
-def service_step(ctx: Context, step: Step) -> Found:
+def service_step(ctx: Context) -> Found:
     fitted = ctx.findings.fitted
     timed = [name for name, shape in fitted.items() if shape["timed"]]
     deadline = time.monotonic() + ctx.budget()
     results, mismatched = {}, []
     token = ctx.stack.token_file.read_text()
-    for position, name in enumerate(timed):
-        seconds = max(1.0, (deadline - time.monotonic()) / (len(timed) - position) - SERVICE_LAST_ROUND_SECONDS)
-        entry = time_shape(ctx.stack.shim.url, token, fitted[name]["body"], ctx.options.rounds, seconds,
-                           ctx.options.warmup)
-        entry["tokens_match"] = entry["tokens"] == fitted[name]["tokens"]
-        if not entry["tokens_match"]:
-            mismatched.append(f"{name}: service {entry['tokens']}, fitted {fitted[name]['tokens']}")
-        results[name] = entry
-        step.data = {"shapes": results}
-    if mismatched:
-        raise ServiceFault("the service scored other prompts than predict() in-process: " + "; ".join(mismatched))
+    with keeping({"shapes": results}) as data:  # the shapes timed so far, if the step is cut
+        for position, name in enumerate(timed):
+            seconds = max(1.0, (deadline - time.monotonic()) / (len(timed) - position) - SERVICE_LAST_ROUND_SECONDS)
+            entry = time_shape(ctx.stack.shim.url, token, fitted[name]["body"], ctx.options.rounds, seconds,
+                               ctx.options.warmup)
+            entry["tokens_match"] = entry["tokens"] == fitted[name]["tokens"]
+            if not entry["tokens_match"]:
+                mismatched.append(f"{name}: service {entry['tokens']}, fitted {fitted[name]['tokens']}")
+            results[name] = entry
+        if mismatched:
+            raise ServiceFault("the service scored other prompts than predict() in-process: " + "; ".join(mismatched))
     return Found("; ".join(f"{name} p50 {entry['client'].get('p50')} ms (n={entry['client'].get('count')})"
-                           for name, entry in results.items()))
+                           for name, entry in results.items()), data)
 
 
 OVER_CAP_CHECK = "6"  # needs an instance under a cap the largest legal call exceeds: the overcap step
@@ -384,43 +385,45 @@ def _kit_checks(ctx: Context) -> list[str]:
     return [check.strip() for check in ctx.options.kit_checks.split(",") if check.strip()]
 
 
-def _run_kit(ctx: Context, step: Step, checks: list[str], name: str) -> dict:
-    """The kit's checks against the stack being served, their statuses in step.data["checks"]; RuntimeError when
-    one failed."""
+def _run_kit(ctx: Context, data: dict, checks: list[str], name: str) -> dict:
+    """The kit's checks against the stack being served, their statuses into data["checks"] (the calling step's
+    data); ServiceFault when one failed."""
     if not acceptance_kit.present():
-        raise Skip("acceptance kit not present (no acceptance/ package in this checkout)")
+        raise Skip("acceptance kit not present (no acceptance/ package in this checkout)", data)
     server, shim = ctx.stack.server, ctx.stack.shim
-    step.data.update(checks_requested=",".join(checks))
+    data.update(checks_requested=",".join(checks))
     try:
         report = acceptance_kit.run(ctx.findings.python, shim.url, ctx.stack.token_file, server.metrics_url,
                                     ",".join(checks), ctx.options.kit_n, ctx.out / name, ctx.out / f"{name}.log",
                                     ctx.budget())
     except acceptance_kit.KitFailed as exc:
-        step.data["checks"] = acceptance_kit.check_statuses(exc.report)
-        step.data["kit"] = exc.report.get("checks")
-        raise ServiceFault(f"the kit failed: {step.data['checks']}") from None
-    step.data["checks"] = acceptance_kit.check_statuses(report)
-    step.data["kit"] = report.get("checks")
+        data.update(checks=acceptance_kit.check_statuses(exc.report), kit=exc.report.get("checks"))
+        raise ServiceFault(f"the kit failed: {data['checks']}") from None
+    data.update(checks=acceptance_kit.check_statuses(report), kit=report.get("checks"))
     return report
 
 
-def acceptance_step(ctx: Context, step: Step) -> Found:
+def acceptance_step(ctx: Context) -> Found:
     checks = [check for check in _kit_checks(ctx) if check != OVER_CAP_CHECK]
     if not checks:
         raise Skip("no acceptance check but check 6 selected")
-    step.data = {"vram_cap_gib": ctx.findings.caps["production_gib"] if ctx.cuda else None}
-    _run_kit(ctx, step, checks, "acceptance")
-    return Found("checks " + ", ".join(f"{check} {status}" for check, status in step.data["checks"].items()))
+    with keeping({"vram_cap_gib": ctx.findings.caps["production_gib"] if ctx.cuda else None}) as data:
+        _run_kit(ctx, data, checks, "acceptance")
+    return Found("checks " + ", ".join(f"{check} {status}" for check, status in data["checks"].items()), data)
 
 
 SERVED_CONFIGS = {"production": None, "variant": VARIANT, "cpu": "cpu"}
 
 
-def overcap_step(ctx: Context, step: Step) -> Found:
+def overcap_step(ctx: Context) -> Found:
     if OVER_CAP_CHECK not in _kit_checks(ctx):
         raise Skip("acceptance check 6 not selected")
     caps = ctx.findings.caps
-    step.data = {"caps": caps}
+    with keeping({"caps": caps}) as data:
+        return _check_over_cap(ctx, caps, data)
+
+
+def _check_over_cap(ctx: Context, caps: dict, data: dict) -> Found:
     if not caps.get("separable"):
         raise Inconclusive(f"cannot separate on this card: no VRAM cap lets the model start and serve the normal "
                            f"shapes yet stops the largest legal call (normal {caps['normal_gib']} GiB reserved, "
@@ -430,18 +433,18 @@ def overcap_step(ctx: Context, step: Step) -> Found:
     ctx.stop_stack()
     ready_seconds, facts = _serve(ctx, caps["test_gib"], [("test-cap", SERVED_CONFIGS[config])],
                                   "shim-test-cap.log")
-    step.data.update(test_cap_gib=caps["test_gib"], config=config, ready_seconds=ready_seconds, health=facts)
-    report = _run_kit(ctx, step, [OVER_CAP_CHECK], "acceptance-check6")
+    data.update(test_cap_gib=caps["test_gib"], config=config, ready_seconds=ready_seconds, health=facts)
+    report = _run_kit(ctx, data, [OVER_CAP_CHECK], "acceptance-check6")
     result = (report.get("checks") or {}).get(OVER_CAP_CHECK) or {}
     detail = (f"an instance under the test cap of {caps['test_gib']} GiB (normal shapes {caps['normal_gib']} GiB, "
               f"largest call {caps['largest_gib']} GiB), ready after {ready_seconds} s: check 6 "
-              f"{step.data['checks'].get(OVER_CAP_CHECK)}")
-    if step.data["checks"].get(OVER_CAP_CHECK) != PASS:
+              f"{data['checks'].get(OVER_CAP_CHECK)}")
+    if data["checks"].get(OVER_CAP_CHECK) != PASS:
         raise Inconclusive(f"{detail}: {result.get('reason')}")
-    return Found(detail)
+    return Found(detail, data)
 
 
-def inprocess_torch_step(ctx: Context, step: Step) -> Found:
+def inprocess_torch_step(ctx: Context) -> Found:
     if not ctx.findings.kernels_bound:
         fla = ((ctx.findings.inprocess or {}).get("kernels") or {}).get("fla", {})
         reason = "fla does not import" if not fla.get("importable") else "transformers did not bind fla"
@@ -449,6 +452,7 @@ def inprocess_torch_step(ctx: Context, step: Step) -> Found:
     ctx.stop_stack()  # a quiet GPU for the measurement
     try:
         result = _run_inprocess(ctx, "inprocess-torch.json", block=True)
-    finally:  # cut or failed: what it measured before stays in the report
-        step.data = _partial(ctx.out / "inprocess-torch.json")
-    return Found(_describe_inprocess(result))
+    except Exception:
+        with keeping(_partial(ctx.out / "inprocess-torch.json")):  # cut or failed: what it measured before
+            raise
+    return Found(_describe_inprocess(result), result)

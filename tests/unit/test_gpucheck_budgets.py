@@ -82,7 +82,7 @@ def _fake_steps(monkeypatch, timings, sleeps, essential=None):
     ran = []
 
     def make(name):
-        def function(ctx, step):
+        def function(ctx):
             ran.append(name)
             time.sleep(sleeps.get(name, 0))
             return Found(f"{name} done, {ctx.budget():.0f} s left to it")
@@ -133,7 +133,7 @@ def test_when_the_deadline_nears_the_least_valuable_steps_give_way_first(monkeyp
 def test_a_step_is_cut_to_its_limit(monkeypatch, tmp_path):
     seen = {}
 
-    def measure(ctx, step):
+    def measure(ctx):
         seen["budget"] = ctx.budget()
         return Found("")
 
@@ -147,11 +147,11 @@ def test_a_step_is_cut_to_its_limit(monkeypatch, tmp_path):
 def test_the_archive_comes_back_with_every_finished_steps_logs_while_a_later_step_runs(monkeypatch, tmp_path):
     seen = {}
 
-    def first(ctx, step):
+    def first(ctx):
         (ctx.out / "first.log").write_text("first's log")
         return Found("wrote")
 
-    def second(ctx, step):  # what a run cut from outside now would return
+    def second(ctx):  # what a run cut from outside now would return
         with tarfile.open(ctx.options.out / check.ARCHIVE_NAME) as opened:
             seen["names"] = sorted(opened.getnames())
             seen["report"] = json.loads(opened.extractfile("gpucheck-files/report.json").read())
@@ -167,7 +167,7 @@ def test_the_archive_comes_back_with_every_finished_steps_logs_while_a_later_ste
 
 
 def test_the_report_folder_holds_three_files_and_the_archive_holds_the_rest(monkeypatch, tmp_path):
-    def writes_logs(ctx, step):
+    def writes_logs(ctx):
         (ctx.out / "a.log").write_text("x" * 10)
         (ctx.out / "acceptance").mkdir()
         (ctx.out / "acceptance" / "report.json").write_text("{}")

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from gpucheck import budgets, check, kernel_lengths, shapes, stack, steps
-from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip
+from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip, keeping
 from gpucheck.deadline import Deadline, StepTimeout, run_logged, start_logged
 from gpucheck.findings import Findings, Found
-from gpucheck.report import FAIL, INCONCLUSIVE, PASS, SKIPPED, Report, Step
+from gpucheck.report import FAIL, INCONCLUSIVE, PASS, SKIPPED, Report
 
 
 def _options(tmp_path, deadline=100.0):
@@ -61,37 +61,36 @@ def test_a_warm_up_still_running_at_its_limit_is_stopped_recorded_and_skipped(tm
     ctx = _context(tmp_path, step_seconds=1.0)
     _start_fake_warmup(ctx, WARMED, warmed=False, then="hang")
     job = ctx.warmup_job
-    step = Step("kernel_warmup", "kernel_warmup")
     with pytest.raises(Skip) as skipped:
-        steps.kernel_warmup_step(ctx, step)
+        steps.kernel_warmup_step(ctx)
     assert "recorded, not a failure" in str(skipped.value) and "still running at its" in str(skipped.value)
     assert "warmed at 289, 798 tokens" in str(skipped.value)
     assert job.poll() is not None  # stopped, not left compiling beside the in-process run
-    assert step.data["lengths"] == WARMED and "still running" in step.data["cut"]
-    assert check._warmup_fact(step.data).startswith("partly warmed, at 289, 798 tokens")
+    data = skipped.value.data
+    assert data["lengths"] == WARMED and "still running" in data["cut"]
+    assert check._warmup_fact(data).startswith("partly warmed, at 289, 798 tokens")
 
 
 def test_a_warm_up_that_fails_at_some_lengths_is_recorded_and_skipped(tmp_path):
     ctx = _context(tmp_path)
     lengths = {**WARMED, "5121": {"error": "OutOfResources: shared memory"}}
     _start_fake_warmup(ctx, lengths, warmed=False, then="0")
-    step = Step("kernel_warmup", "kernel_warmup")
-    with pytest.raises(Skip, match=r"fla failed at 5121 tokens \(OutOfResources: shared memory\)"):
-        steps.kernel_warmup_step(ctx, step)
-    assert step.data["lengths"] == lengths
+    with pytest.raises(Skip, match=r"fla failed at 5121 tokens \(OutOfResources: shared memory\)") as skipped:
+        steps.kernel_warmup_step(ctx)
+    assert skipped.value.data["lengths"] == lengths
 
 
 def test_a_warm_up_that_exits_with_an_error_is_recorded_and_skipped(tmp_path):
     ctx = _context(tmp_path)
     _start_fake_warmup(ctx, {"289": WARMED["289"]}, warmed=False, then="1")
     with pytest.raises(Skip, match="exited with an error"):
-        steps.kernel_warmup_step(ctx, Step("kernel_warmup", "kernel_warmup"))
+        steps.kernel_warmup_step(ctx)
 
 
 def test_a_whole_warm_up_passes_with_its_first_calls(tmp_path):
     ctx = _context(tmp_path)
     _start_fake_warmup(ctx, WARMED, warmed=True, then="0")
-    found = steps.kernel_warmup_step(ctx, Step("kernel_warmup", "kernel_warmup"))
+    found = steps.kernel_warmup_step(ctx)
     assert "289 tokens 9.1 s (then 0.01 s)" in found.summary
 
 
@@ -103,13 +102,13 @@ def _run(monkeypatch, tmp_path, specs, deadline=100.0, expected=1.0):
     return check.run(_options(tmp_path, deadline))
 
 
-def _passes(ctx, step):
+def _passes(ctx):
     return Found("served")
 
 
-def _runs_out(ctx, step):
-    step.data["measured"] = {"anchor": 12.5}
-    run_logged([sys.executable, "-c", "import time; time.sleep(60)"], ctx.out / "slow.log", ctx.budget(1.0))
+def _runs_out(ctx):
+    with keeping({"measured": {"anchor": 12.5}}):
+        run_logged([sys.executable, "-c", "import time; time.sleep(60)"], ctx.out / "slow.log", ctx.budget(1.0))
 
 
 def test_an_optional_step_that_runs_out_of_time_is_skipped_with_what_it_measured(monkeypatch, tmp_path):
@@ -132,7 +131,7 @@ def test_an_essential_step_that_runs_out_of_time_fails(monkeypatch, tmp_path):
     (ServiceFault("the kit failed: {'6': 'fail'}"), FAIL, FAIL),
 ])
 def test_an_optional_step_fails_the_run_only_for_a_fault_of_the_service(monkeypatch, tmp_path, error, status, result):
-    def raises(ctx, step):
+    def raises(ctx):
         raise error
 
     report = _run(monkeypatch, tmp_path, [check.StepSpec("server", "server", _passes, ()),
@@ -142,7 +141,7 @@ def test_an_optional_step_fails_the_run_only_for_a_fault_of_the_service(monkeypa
 
 
 def test_an_essential_steps_inconclusive_outcome_decides_the_run(monkeypatch, tmp_path):
-    def undecided(ctx, step):
+    def undecided(ctx):
         raise Inconclusive("check 5 not proven")
 
     report = _run(monkeypatch, tmp_path, [check.StepSpec("acceptance", "acceptance", undecided, ())])
@@ -150,7 +149,7 @@ def test_an_essential_steps_inconclusive_outcome_decides_the_run(monkeypatch, tm
 
 
 def test_the_deadline_during_an_optional_step_skips_it_and_the_optional_steps_after_it(monkeypatch, tmp_path):
-    def sleeps(ctx, step):
+    def sleeps(ctx):
         time.sleep(30)  # the deadline's SIGALRM stops it
 
     report = _run(monkeypatch, tmp_path, [check.StepSpec("server", "server", _passes, ()),
@@ -255,7 +254,7 @@ def test_a_run_whose_warm_up_is_cut_and_whose_optional_step_runs_out_passes_with
     the warm-up wrote."""
     import tarfile
 
-    def checkpoint(ctx, step):
+    def checkpoint(ctx):
         _start_fake_warmup(ctx, WARMED, warmed=False, then="hang")
         return Found("built")
 

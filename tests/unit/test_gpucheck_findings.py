@@ -7,7 +7,7 @@ import pytest
 from gpucheck import budgets, check, steps
 from gpucheck.context import Context, Options, Skip
 from gpucheck.findings import Findings, Found
-from gpucheck.report import Report, Step
+from gpucheck.report import Report
 
 
 def _options(tmp_path, device="cpu"):
@@ -26,12 +26,12 @@ def _run(monkeypatch, tmp_path, specs):
 def test_the_runner_records_what_a_step_found_for_the_steps_after_it(monkeypatch, tmp_path):
     seen = {}
 
-    def finds(ctx, step):
+    def finds(ctx):
         with pytest.raises(dataclasses.FrozenInstanceError):
             ctx.findings.python = "/elsewhere/python"  # a step cannot write what was found
         return Found("found it", python="/env/bin/python", kernels_bound=True)
 
-    def reads(ctx, step):
+    def reads(ctx):
         seen["python"], seen["bound"] = ctx.findings.python, ctx.findings.kernels_bound
         return Found("read it")
 
@@ -44,7 +44,7 @@ def test_the_runner_records_what_a_step_found_for_the_steps_after_it(monkeypatch
 
 
 def test_a_failed_steps_findings_are_not_recorded_but_what_it_decided_as_it_started_is(monkeypatch, tmp_path):
-    def fails(ctx, step):
+    def fails(ctx):
         assert ctx.findings.slow_kernels_allowed  # recorded before the step runs
         raise RuntimeError("the server did not get ready")
 
@@ -73,7 +73,7 @@ def test_the_server_step_allows_the_slow_path_only_on_a_card_without_the_fast_on
 def test_the_warm_up_is_the_contexts_from_its_start_and_the_kernel_warmup_steps_once_taken(tmp_path):
     ctx = Context(_options(tmp_path), Report(tmp_path, "cpu", 100, []), deadline=None)
     with pytest.raises(Skip, match="the checkpoint step did not run"):
-        steps.kernel_warmup_step(ctx, Step("kernel_warmup", "kernel_warmup"))
+        steps.kernel_warmup_step(ctx)
 
     def fails_to_start():
         raise OSError("no interpreter")
@@ -81,7 +81,31 @@ def test_the_warm_up_is_the_contexts_from_its_start_and_the_kernel_warmup_steps_
     with pytest.raises(OSError):
         ctx.start_warmup(fails_to_start)
     with pytest.raises(Skip, match="neither carried nor installed"):
-        steps.kernel_warmup_step(ctx, Step("kernel_warmup", "kernel_warmup"))
+        steps.kernel_warmup_step(ctx)
     job = object()
     ctx.start_warmup(lambda: job)
     assert ctx.take_warmup() is job and ctx.take_warmup() is None
+
+
+def test_the_runner_records_a_steps_data_from_what_it_returns_or_raises(monkeypatch, tmp_path):
+    from gpucheck.context import keeping
+
+    def measures(ctx):
+        return Found("measured", {"anchor": {"p50": 40.0}})
+
+    def cut(ctx):
+        with keeping({"shapes": {"anchor": {"p50": 41.0}}}):
+            raise RuntimeError("the service stopped answering")
+
+    report = _run(monkeypatch, tmp_path, [check.StepSpec("measures", "measures", measures, ()),
+                                          check.StepSpec("cut", "cut", cut, ())])
+    assert report.steps["measures"].data["anchor"] == {"p50": 40.0}
+    assert report.steps["cut"].status == check.FAIL
+    assert report.steps["cut"].data["shapes"] == {"anchor": {"p50": 41.0}}
+
+
+def test_no_step_writes_its_report_entry():
+    import inspect
+
+    source = inspect.getsource(steps)
+    assert "step.data" not in source and "step: Step" not in source
