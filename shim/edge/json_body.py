@@ -35,7 +35,7 @@ class _Parser:
         time.sleep(max(0.0, self._rest_until - time.monotonic()))
         started = time.monotonic()
         collecting = gc.isenabled()
-        gc.disable()
+        gc.disable()  # process-wide, for one parse: this one worker is all that turns it off, and back on
         try:
             return strict_json.loads(raw, what)
         finally:

@@ -362,3 +362,38 @@ async def test_a_large_body_is_parsed_on_the_parse_worker_and_a_small_one_on_the
     with pytest.raises(strict_json.NotStrictJson, match="appears twice"):
         await strict_body(b'{"a": 1, "a": 2' + b" " * ON_LOOP_BYTES + b"}")
     assert len(threads) == 4 and gc.isenabled()
+
+
+def test_the_parse_worker_rests_after_each_parse_for_as_long_as_it_parsed(monkeypatch):
+    """Read by the worker's own clock: the loop gets the GIL back for as long as each parse held it."""
+    from shim.edge import json_body
+
+    class Clock:
+        now = 100.0
+        slept: list[float] = []
+
+        def monotonic(self) -> float:
+            return self.now
+
+        def sleep(self, seconds: float) -> None:
+            self.slept.append(seconds)
+            self.now += seconds
+
+    clock = Clock()
+
+    def parse_taking(seconds: float):
+        def loads(raw, what):
+            assert not gc.isenabled()  # the collector held off during the parse
+            clock.now += seconds
+            return []
+        return loads
+
+    monkeypatch.setattr(json_body, "time", clock)
+    parser = json_body._Parser()
+    monkeypatch.setattr(strict_json, "loads", parse_taking(0.2))
+    parser._parse(b"[]", "the body")
+    monkeypatch.setattr(strict_json, "loads", parse_taking(0.05))
+    parser._parse(b"[]", "the body")
+    clock.now += 1.0  # idle longer than the last parse: no rest owed
+    parser._parse(b"[]", "the body")
+    assert clock.slept == [0.0, pytest.approx(0.2), 0.0] and gc.isenabled()
