@@ -204,6 +204,7 @@ def test_a_person_asks_three_questions_and_sees_the_apis_numbers(browser, shim, 
 
     # The same request as code, run as it is with the token in API_TOKEN, answers the same numbers.
     assert SHIM_TOKEN not in code_of(browser, "curl") + code_of(browser, "python") + code_of(browser, "mcp")
+    required_tool("curl", "it comes with Debian's curl package")
     by_curl = json.loads(run_code(["bash", "-c", code_of(browser, "curl")]))
     assert by_curl["answers"] == answer["answers"]
     by_sdk = json.loads(run_code([sys.executable, "-c", code_of(browser, "python")]))

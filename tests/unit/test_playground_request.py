@@ -245,6 +245,8 @@ def test_an_error_shows_the_envelopes_code_and_message_and_a_429s_wait():
     assert js("errorReport", 429, busy, "1") == {"status": 429, "code": "busy", "message": "the queue is full",
                                                  "retryAfter": "1", "fields": []}
     assert js("errorReport", 401, {"error": {"code": "unauthorized", "message": "m"}}, None)["retryAfter"] is None
+    assert js("errorReport", 503, {"error": {"code": "out_of_memory", "message": "m"}}, "1")["retryAfter"] == "1"
+    assert js("errorReport", 400, {"error": {"code": "bad", "message": "m"}}, "1")["retryAfter"] is None
     invalid = {"error": {"code": "invalid_request", "message": "bad"},
                "detail": [{"loc": ["body", "questions", "team", "criteria"], "msg": "at most 62", "type": "x"}]}
     assert js("errorReport", 422, invalid, None)["fields"] == ["body.questions.team.criteria: at most 62"]
