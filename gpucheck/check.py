@@ -15,7 +15,7 @@ from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip
 from gpucheck.deadline import Deadline, DeadlineReached, kill_all
 from gpucheck.environment import nvidia_smi
 from gpucheck.report import FAIL, INCONCLUSIVE, NOT_RUN, PASS, SKIPPED, Report, Step
-from gpucheck.steps import (acceptance_step, checkpoint_step, environment, inprocess_step, inprocess_torch_step,
+from gpucheck.steps import (acceptance_step, checkpoint_step, environment_step, inprocess_step, inprocess_torch_step,
                             install_step, kernel_warmup_step, overcap_step, server_step, service_step, serving_choice,
                             shapes_step, stub_step)
 from gpucheck.summary import latency_rows
@@ -39,8 +39,8 @@ class StepSpec:
 
 # In the order they run; gpucheck.budgets.VALUE ranks them for the time they may take.
 STEPS = (
-    StepSpec("environment", "the machine, its Python, torch and CUDA, the GPU, fla and causal_conv1d", environment,
-             ()),
+    StepSpec("environment", "the machine, its Python, torch and CUDA, the GPU, fla and causal_conv1d",
+             environment_step, ()),
     StepSpec("install", "the carried wheels installed offline into a fresh environment, the trimmed server unpacked",
              install_step, ()),
     StepSpec("stub", "the python backend stub for the service's Python in place; the server's libraries found",

@@ -29,7 +29,7 @@ from gpucheck.stack import VARIANT, Stack, health, prepare_repository, start_ser
 from intern_decision_model.kernels import FAST
 
 
-def environment(ctx: Context) -> Found:
+def environment_step(ctx: Context) -> Found:
     path = ctx.out / "environment.json"
     ctx.script("gpucheck.environment", ["--out", path], "environment.log", python=ctx.machine_python)
     facts = json.loads(path.read_text())
@@ -252,7 +252,8 @@ def inprocess_step(ctx: Context) -> Found:
                       key=int)
         note += (f"; fla compiled in-process at {', '.join(here)} tokens (the warm-up did not reach them)" if here
                  else "; every length's fla kernels came from the warm-up")
-    return Found(_describe_inprocess(result) + note, data, inprocess=result, inprocess_path=result.get("linear_attention"),
+    return Found(_describe_inprocess(result) + note, data, inprocess=result,
+                 inprocess_path=result.get("linear_attention"),
                  kernels_bound=any(entry.get("path") == "fast" for entry in (result.get("bound") or {}).values()),
                  caps=caps)
 
