@@ -41,8 +41,10 @@ class Watch:
         self.answered_once = False
         self.down_since: float | None = None
 
-    def observe(self, problem: str | None) -> bool:
-        """True when the model has not answered for down_seconds (after having answered once)."""
+    def observe(self, problem: str | None, hung: bool = False) -> bool:
+        """True when the model has not answered for down_seconds (after having answered once), or at once when a
+        ping hung for its whole timeout: longer than the longest legitimate request, so waiting down_seconds more
+        would only add another whole timeout."""
         if problem is None:
             self.answered_once, self.down_since = True, None
             return False
@@ -50,7 +52,7 @@ class Watch:
             return False
         if self.down_since is None:
             self.down_since = self._clock()
-        return self._clock() - self.down_since >= self._down_seconds
+        return hung or self._clock() - self.down_since >= self._down_seconds
 
 
 def remove_regions(prefix: str, shared_memory: Path = SHARED_MEMORY) -> list[Path]:
@@ -76,7 +78,8 @@ def stop(process: subprocess.Popen, exit_timeout: float) -> int:
 
 
 def supervise(command: list[str], ping: Callable[[], str | None], *, ping_seconds: float, down_seconds: float,
-              exit_timeout: float, shm_prefix: str, log: Callable[[str], None]) -> int:
+              exit_timeout: float, shm_prefix: str, log: Callable[[str], None], hung_after: float | None = None) -> int:
+    """hung_after: a failed ping that took this long (its timeout) means a hung model."""
     process = subprocess.Popen(command, start_new_session=True)
     stopping = False
 
@@ -90,13 +93,16 @@ def supervise(command: list[str], ping: Callable[[], str | None], *, ping_second
     watch = Watch(down_seconds)
     try:
         while process.poll() is None and not stopping:
+            started = time.monotonic()
             problem = ping()
+            hung = problem is not None and hung_after is not None and time.monotonic() - started >= hung_after
             if stopping or process.poll() is not None:
                 break
             first_answer = problem is None and not watch.answered_once
-            if watch.observe(problem):
-                log(f"the model has not answered a ping for {down_seconds:g} s ({problem}); stopping "
-                    f"tritonserver so that it is restarted")
+            if watch.observe(problem, hung):
+                why = (f"a ping through the model hung for {hung_after:g} s" if hung
+                       else f"the model has not answered a ping for {down_seconds:g} s")
+                log(f"{why} ({problem}); stopping tritonserver so that it is restarted")
                 stop(process, exit_timeout)
                 for region in remove_regions(shm_prefix):
                     log(f"removed a shared-memory region: {region}")
@@ -145,7 +151,8 @@ def main(argv: list[str]) -> int:
 
     return supervise(command, lambda: ping(args.url, args.model, key, args.ping_timeout),
                      ping_seconds=args.ping_seconds, down_seconds=args.down_seconds,
-                     exit_timeout=args.exit_timeout, shm_prefix=args.shm_prefix, log=log)
+                     exit_timeout=args.exit_timeout, shm_prefix=args.shm_prefix, log=log,
+                     hung_after=args.ping_timeout)
 
 
 if __name__ == "__main__":

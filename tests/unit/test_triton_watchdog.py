@@ -71,6 +71,31 @@ def test_a_model_down_for_the_window_ends_the_server_and_its_group_with_exit_3(w
             threading.Event().wait(0.1)
 
 
+def test_a_ping_that_hung_for_its_whole_timeout_ends_the_server_at_once(watchdog):
+    # The timeout is above the longest legitimate request: a ping that hangs that long is a hung model, and waiting
+    # the down window would only add another whole timeout.
+    clock = Clock()
+    watch = watchdog.Watch(1000.0, clock)
+    assert watch.observe("timed out", hung=True) is False  # before the model's first answer, nothing is judged
+    assert watch.observe(None) is False
+    assert watch.observe("Triton answered 500") is False
+    assert watch.observe("timed out", hung=True) is True
+    replies = iter([None])
+
+    def slow_ping():
+        answer = next(replies, "timed out")
+        if answer is not None:
+            threading.Event().wait(0.3)  # a ping waiting out its timeout
+        return answer
+
+    logged = []
+    code = watchdog.supervise(SLEEPER, slow_ping, ping_seconds=0.05, down_seconds=1000, exit_timeout=5,
+                              shm_prefix=f"watchdog_test_{secrets.token_hex(4)}_", log=logged.append,
+                              hung_after=0.2)
+    assert code == watchdog.EXIT_MODEL_DOWN
+    assert any("a ping through the model hung for 0.2 s (timed out)" in line for line in logged)
+
+
 def test_a_server_that_exits_by_itself_passes_its_status_on(watchdog):
     code = watchdog.supervise([sys.executable, "-c", "raise SystemExit(7)"], answers("starting"), ping_seconds=0.05,
                               down_seconds=0.1, exit_timeout=5, shm_prefix="watchdog_none_", log=print)
