@@ -136,14 +136,6 @@ def test_the_playground_imports_nothing_of_the_shim_and_only_the_app_imports_it(
     assert {name for name in users if not within(name, "shim.playground")} == {"shim.app"}
 
 
-def test_the_playground_imports_nothing_of_the_shim_and_only_the_app_imports_it():
-    """The page talks to the public API like any caller: its route module needs no part of the shim."""
-    assert not [(name, target) for name, imported in SHIM.items() if within(name, "shim.playground")
-                for target in imported if not within(target, "shim.playground")]
-    users = {name for name, imported in SHIM.items() if any(within(target, "shim.playground") for target in imported)}
-    assert {name for name in users if not within(name, "shim.playground")} == {"shim.app"}
-
-
 # Knowledge written once, where every package that needs it may import it (the acceptance kit is standard library
 # only, and the benchmarks and the GPU check already import it).
 ONE_PERCENTILE = "acceptance/stats.py"
