@@ -108,7 +108,7 @@ def python_without_libpython(work: Path, base: Path) -> Path:
     stdlib = Path(prefix) / "lib" / f"python{BASE_PYTHON}"
 
     def left_out(folder: str, names: list[str]) -> set[str]:
-        dropped = {name for name in names if name.startswith(f"libpython{BASE_PYTHON}.so")}
+        dropped = {name for name in names if name.startswith("libpython") and ".so" in name}  # libpython3.so too
         if Path(folder) == stdlib:
             dropped |= {"test", "site-packages"} & set(names)
         return dropped
