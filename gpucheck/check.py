@@ -226,8 +226,9 @@ def _facts(ctx: Context) -> dict:
 
 
 def _warmup_fact(found: dict) -> str | None:
-    """The warm-up's result as one line; None when it wrote none (not started, or the step only holds its times)."""
-    if "warmed" not in found:
+    """The warm-up's result as one line; None when there is none (not started, or the step only holds its times). A
+    warm-up stopped before it wrote anything (held up in its imports) is still named, with why it was stopped."""
+    if "warmed" not in found and not found.get("cut"):
         return None
     if found.get("warmed") and not found.get("cut"):
         return f"fla {found['fla']} warmed in {found['seconds']} s at {', '.join(found['lengths'])} tokens"

@@ -71,6 +71,16 @@ def test_a_warm_up_still_running_at_its_limit_is_stopped_recorded_and_skipped(tm
     assert check._warmup_fact(data).startswith("partly warmed, at 289, 798 tokens")
 
 
+def test_a_warm_up_stopped_before_it_wrote_anything_is_named_in_the_facts_not_taken_as_not_run(tmp_path):
+    ctx = _context(tmp_path, step_seconds=1.0)
+    held = [sys.executable, "-c", "import time; time.sleep(60)"]  # still in its imports: no JSON yet
+    ctx.start_warmup(lambda: start_logged(held, ctx.out / "kernel-warmup.log", stdout_to_log=True))
+    with pytest.raises(Skip) as skipped:
+        steps.kernel_warmup_step(ctx)
+    assert "still running at its" in str(skipped.value) and "warmed at no length" in str(skipped.value)
+    assert check._warmup_fact(skipped.value.data) == f"not warmed: {skipped.value.data['cut']}"
+
+
 def test_a_warm_up_that_fails_at_some_lengths_is_recorded_and_skipped(tmp_path):
     ctx = _context(tmp_path)
     lengths = {**WARMED, "5121": {"error": "OutOfResources: shared memory"}}
