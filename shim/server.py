@@ -53,6 +53,8 @@ TOO_MANY_PIPELINED = PublicError(400, "too_many_pipelined_requests")
 # The server's deadline for a body comes this long after BODY_TIMEOUT_SECONDS, so that an admitted POST's own 408
 # (shim/edge/body.py, counted from admission) is answered first; the server's cuts what the app does not read.
 BODY_GRACE_SECONDS = 1.0
+# After a refusal the server writes (431, the pipeline's 400), how long it still reads and drops what the client sends.
+LINGER_SECONDS = 2.0
 # What a request line adds to its target, and the headers' end: " HTTP/1.1\r\n" and "\r\n"; a header adds ": " and
 # "\r\n" to its name and value.
 _REQUEST_LINE_BYTES = 13
@@ -157,7 +159,7 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
     which is answered and then closed.
 
     A refusal is written in its turn: after the answers to the requests before it on the connection; nothing after
-    it is read."""
+    it is parsed."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits = ConnectionLimits(), **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -168,6 +170,7 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._refused = False  # a refusal is written, or waits for its turn: nothing more is read or parsed
         self._refusal: bytes | None = None  # the refusal waiting for the answers before it
+        self._linger: asyncio.TimerHandle | None = None
         self._header_deadline: asyncio.TimerHandle | None = None
         self._body_deadline: asyncio.TimerHandle | None = None
         self._in_head = False  # a request's first byte arrived, its headers are not complete
@@ -220,15 +223,24 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
             self._write_and_close(answer)
 
     def _write_and_close(self, answer: bytes) -> None:
-        if not self.transport.is_closing():
-            self.transport.write(answer)
+        """The answer, then the connection closed: our side at once, theirs after LINGER_SECONDS at most, meanwhile
+        reading and dropping what the client still sends (closing with it unread would send a reset, and the
+        client's system may drop the answer it has not read yet)."""
+        if self.transport.is_closing():
+            return
+        self.transport.write(answer)
+        if not self.transport.can_write_eof():
             self.transport.close()
+            return
+        self.transport.write_eof()
+        self.transport.resume_reading()
+        self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def on_response_complete(self) -> None:
         self._roster.request_answered(self)
         super().on_response_complete()
-        if self._refused and not self.transport.is_closing():
-            self.transport.pause_reading()  # uvicorn resumes reading after an answer; nothing more is read here
+        if self._refused and self._linger is None and not self.transport.is_closing():
+            self.transport.pause_reading()  # uvicorn resumes reading after an answer; nothing more is parsed here
         if self._refusal is not None and not self._answering():
             answer, self._refusal = self._refusal, None
             self._write_and_close(answer)
@@ -310,6 +322,8 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._roster.closed(self)
         self._refusal = None
+        if self._linger is not None:
+            self._linger.cancel()
         self._headers_arrived()
         self._body_arrived()
         super().connection_lost(exc)
