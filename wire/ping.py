@@ -2,7 +2,8 @@
 
 The model runs nothing for it and counts nothing, so an answered ping says that Triton, the python backend's stub
 process and the model's execute are alive, which Triton's readiness does not: a dead stub leaves the model "ready"
-while every inference fails. Like any inference it waits behind one in progress.
+while every inference fails. Like any inference it waits behind one in progress: Triton's liveness judges a ping
+that times out by the model's call count (wire/liveness.py).
 
 The shim's watch pings through its own connection; healthchecks run `python -m wire.ping` (exit 0 when the model
 answers, 1 with one line on stderr when not). Inference is one of Triton's restricted APIs: the ping carries the
@@ -57,17 +58,25 @@ def pong_error(status: int, body: bytes) -> str | None:
     return None if answered else f"the answer is not an empty {RESPONSE}: {text[:200]}"
 
 
-def ping(address: str, model: str, api_key: str, timeout: float) -> str | None:
-    """None when the model answers the ping, else why not (standard library only, for healthchecks)."""
+def attempt(address: str, model: str, api_key: str, timeout: float) -> tuple[str | None, bool]:
+    """One ping: (None when the model answers it, else why not; whether it waited its whole timeout). A ping that
+    times out may only be waiting behind a long inference: wire/liveness.py tells the two apart."""
     connection = http.client.HTTPConnection(*host_port(address), timeout=timeout)
     try:
         connection.request("POST", infer_path(model), body=BODY, headers=headers(api_key))
         response = connection.getresponse()
-        return pong_error(response.status, response.read())
+        return pong_error(response.status, response.read()), False
+    except TimeoutError as exc:
+        return f"Triton did not answer within {timeout:g} s: {type(exc).__name__}: {exc}", True
     except (OSError, http.client.HTTPException) as exc:
-        return f"Triton did not answer: {type(exc).__name__}: {exc}"
+        return f"Triton did not answer: {type(exc).__name__}: {exc}", False
     finally:
         connection.close()
+
+
+def ping(address: str, model: str, api_key: str, timeout: float) -> str | None:
+    """None when the model answers the ping, else why not (standard library only, for healthchecks)."""
+    return attempt(address, model, api_key, timeout)[0]
 
 
 def api_key_from(env: Mapping[str, str]) -> str:

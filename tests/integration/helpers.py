@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -198,3 +199,22 @@ def settled_call_counts(server: TritonServer, before: dict, expected: dict[str, 
             assert counts == expected
             return True
         time.sleep(0.05)
+
+
+# --- processes ------------------------------------------------------------------------------------------------
+
+
+def children(pid: int) -> dict[int, str]:
+    """{pid: command name} of the processes whose parent is pid, zombies left out."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found[int(entry.name)] = name
+    return found

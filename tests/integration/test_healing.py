@@ -24,7 +24,7 @@ from devstack.triton import EXIT_TIMEOUT_SECONDS, TritonServer
 from wire.ping import ping
 from wire.protocol import MODEL_NAME
 
-from .helpers import AUTH, SHIM_TOKEN, model_env
+from .helpers import AUTH, SHIM_TOKEN, children, model_env
 
 pytestmark = pytest.mark.triton
 PROBE_SECONDS = 0.5
@@ -103,22 +103,6 @@ def stack(fixture_pins, tmp_path_factory):
         if stack.shim is not None:
             stack.shim.stop()
         stack.triton.stop()
-
-
-def children(pid: int) -> dict[int, str]:
-    """{pid: command name} of the processes whose parent is pid, zombies left out."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found[int(entry.name)] = name
-    return found
 
 
 def stub_pid(triton: TritonServer) -> int:

@@ -123,15 +123,18 @@ class TritonPythonModel:
                     encoded.append(protocol.encode_answer(answer))
                     records.append(CallRecord(OK_OUTCOME, each.decode_seconds + timer.seconds(),
                                               wire_answer.input_tokens(answer)))
+                    # counted as each call ends, not with the request: the liveness ping (wire/liveness.py) reads
+                    # the count to tell a model busy with a long request from a hung one
+                    self._metrics.record(records[-1:])
             output = pb_utils.Tensor(RESPONSE, np.array(encoded, dtype=np.object_))
             response = pb_utils.InferenceResponse(output_tensors=[output])
         except Exception as exc:
             kind = protocol.kind_of(exc)
             records.append(CallRecord(kind.outcome, timer.seconds(), None))
+            self._metrics.record(records[-1:])
             failure = CallFailure(timer.call, error_message(kind, timer.call, str(exc)))
             response = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(
                 failure.error, getattr(pb_utils.TritonError, kind.triton_code)))
-        self._metrics.record(records)
         self._call_log.write(request_id, records, failure)
         return response
 

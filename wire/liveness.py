@@ -1,0 +1,94 @@
+"""Triton's liveness verdict: the model is up, busy, or down. Standard library only (healthchecks run it).
+
+A ping (wire/ping.py) waits behind the inference in progress, and one inference carries up to MAX_DECISIONS calls,
+so a ping sized to one call times out behind a long legitimate request. The model counts each call as it ends
+(intern_decision_calls_total on Triton's metrics port, any outcome), so the count tells the two apart:
+
+    the ping answered                                      up
+    the ping timed out, and a call ended while it waited   busy: the model works through a long request (alive)
+    the ping timed out, and no call ended                  down: nothing ended in one call's time, the model hangs
+    an error answer, Triton gone, or no count to compare   down
+
+The ping is allowed one call's time (CALL_TIMEOUT_SECONDS and a margin, docker/multi_gpu.py ping_timeout_seconds):
+a working model ends at least one call in that time, whatever is queued before the ping. The watchdog
+(docker/triton/watchdog.py) and the Kubernetes liveness probe (docker/healthcheck.py triton) both judge by `check`.
+"""
+from __future__ import annotations
+
+import re
+import urllib.request
+from dataclasses import dataclass
+from typing import Callable
+
+from wire import ping as wire_ping
+
+CALLS_METRIC = "intern_decision_calls_total"
+UP, BUSY, DOWN = "up", "busy", "down"
+METRICS_TIMEOUT_SECONDS = 4.0
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
+_LABEL = re.compile(r'(?P<name>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str  # UP, BUSY or DOWN
+    detail: str | None = None  # why, when not UP
+    hung: bool = False  # DOWN because the ping waited its whole timeout and no call ended meanwhile
+
+    @property
+    def alive(self) -> bool:
+        return self.state != DOWN
+
+
+def finished_calls(metrics_text: str, model: str) -> float | None:
+    """The model's calls ended so far, every outcome together; None when the text has no such counter."""
+    total = None
+    for line in metrics_text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None or match["name"] != CALLS_METRIC:
+            continue
+        labels = {label["name"]: label["value"] for label in _LABEL.finditer(match["labels"] or "")}
+        if labels.get("model") != model:
+            continue
+        try:
+            total = (total or 0.0) + float(match["value"])
+        except ValueError:
+            continue
+    return total
+
+
+def judge(problem: str | None, timed_out: bool, calls_before: float | None, calls_after: float | None) -> Verdict:
+    """The verdict on one ping: its problem (None when answered), whether it timed out, and the model's count of
+    ended calls read before the ping was sent and after it timed out (None where it could not be read)."""
+    if problem is None:
+        return Verdict(UP)
+    if not timed_out:
+        return Verdict(DOWN, problem)
+    if calls_before is not None and calls_after is not None and calls_after > calls_before:
+        return Verdict(BUSY, f"{problem}; {calls_after - calls_before:g} call(s) ended meanwhile")
+    if calls_before is None or calls_after is None:
+        return Verdict(DOWN, f"{problem}; the model's call count could not be read", hung=True)
+    return Verdict(DOWN, f"{problem}; no call ended meanwhile", hung=True)
+
+
+def check(attempt: Callable[[], tuple[str | None, bool]], read_calls: Callable[[], float | None]) -> Verdict:
+    """attempt: one ping, (problem, timed_out); read_calls: the count of ended calls now, None when unreadable."""
+    before = read_calls()
+    problem, timed_out = attempt()
+    return judge(problem, timed_out, before, read_calls() if timed_out else None)
+
+
+def read_finished_calls(metrics_url: str, model: str, timeout: float = METRICS_TIMEOUT_SECONDS) -> float | None:
+    """finished_calls from Triton's metrics endpoint (an open port: no key); None when it cannot be read."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=timeout) as response:  # noqa: S310 - the operator's URL
+            return finished_calls(response.read().decode("utf-8", "replace"), model)
+    except (OSError, ValueError):
+        return None
+
+
+def liveness(address: str, metrics_url: str, model: str, api_key: str, timeout: float) -> Verdict:
+    """One ping through the model at address (host:port), allowed timeout seconds, judged with the call count of
+    metrics_url (http://host:port/metrics)."""
+    return check(lambda: wire_ping.attempt(address, model, api_key, timeout),
+                 lambda: read_finished_calls(metrics_url, model))
