@@ -7,11 +7,13 @@
 Exit 0 when healthy, 1 with one line on stderr when not.
 
 triton: Triton and the model are ready (GET /v2/models/<model>/ready, an open API), then `ping_model`: one ping
-through the model (wire/ping.py, from the Triton image's venv) with Triton's API key. Readiness alone is not
-enough: when the python backend's stub process dies, Triton keeps answering ready while every inference fails
-("Stub process ... is not healthy"); the ping fails. It waits behind an inference in progress, hence its timeout
-(PING_TIMEOUT_SECONDS, or INTERN_DECISION_PING_TIMEOUT_SECONDS, which the deployments set to the longest request the
-shim's settings allow plus one call: docker/multi_gpu.py, ping_timeout_seconds).
+through the model (wire/ping.py, from the Triton image's venv) with Triton's API key, judged as the watchdog judges
+it (wire/liveness.py). Readiness alone is not enough: when the python backend's stub process dies, Triton keeps
+answering ready while every inference fails ("Stub process ... is not healthy"); the ping fails. The ping is allowed
+one call's time (PING_TIMEOUT_SECONDS, or INTERN_DECISION_PING_TIMEOUT_SECONDS, which the deployments set to
+CALL_TIMEOUT_SECONDS and a margin: docker/multi_gpu.py, ping_timeout_seconds). It waits behind the inference in
+progress: when it times out while the model's count of ended calls on Triton's metrics port (TRITON_METRICS_URL)
+moved, the model is busy with a long request, which is healthy (one line on stdout); when no call ended, it hangs.
 
 triton-ready: readiness alone, from inside the container: Triton's API listens on 127.0.0.1 only, where a probe of
 the kubelet's own cannot reach it.
@@ -30,6 +32,7 @@ from urllib.parse import urlsplit
 TIMEOUT_SECONDS = 4.0
 PING_TIMEOUT_SECONDS = 5.0  # INTERN_DECISION_PING_TIMEOUT_SECONDS overrides it (Kubernetes: above one call)
 TRITON_URL = "http://127.0.0.1:8000"
+TRITON_METRICS_URL = "http://127.0.0.1:8002/metrics"  # the model's count of ended calls
 KEY_FILE_VARIABLE = "INTERN_DECISION_TRITON_API_KEY_FILE"
 DEFAULT_KEY_FILE = "/run/secrets/triton_api_key"
 
@@ -47,14 +50,17 @@ def get(url: str, headers: dict[str, str] | None = None) -> None:
 
 def ping_model(base_url: str, model: str, env: Mapping[str, str]) -> None:
     """One ping through the model, with the key from INTERN_DECISION_TRITON_API_KEY_FILE (default
-    /run/secrets/triton_api_key); raises Unhealthy unless the model answers it."""
-    from wire.ping import api_key_from, ping  # the Triton image's venv holds wire; the shim's check never pings
+    /run/secrets/triton_api_key); raises Unhealthy unless the model answers it or is busy (wire/liveness.py)."""
+    from wire.liveness import liveness  # the Triton image's venv holds wire; the shim's check never pings
+    from wire.ping import api_key_from
 
     key = api_key_from({KEY_FILE_VARIABLE: DEFAULT_KEY_FILE, **env})
     timeout = float(env.get("INTERN_DECISION_PING_TIMEOUT_SECONDS") or PING_TIMEOUT_SECONDS)
-    problem = ping(urlsplit(base_url).netloc, model, key, timeout)
-    if problem is not None:
-        raise Unhealthy(problem)
+    verdict = liveness(urlsplit(base_url).netloc, TRITON_METRICS_URL, model, key, timeout)
+    if not verdict.alive:
+        raise Unhealthy(verdict.detail)
+    if verdict.detail:
+        print(f"busy: {verdict.detail}")
 
 
 def check_triton_ready(env: dict[str, str]) -> None:

@@ -241,6 +241,7 @@ def test_tritons_readiness_check_is_readiness_alone_without_the_key(healthcheck,
 
 def test_triton_with_a_dead_stub_is_unhealthy_though_ready(healthcheck, server, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(healthcheck, "TRITON_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setattr(healthcheck, "TRITON_METRICS_URL", f"http://127.0.0.1:{server.server_address[1]}/metrics")
     _Handler.answers = {"/v2/models/intern_decision/ready": 200}
     _Handler.posts = {"/v2/models/intern_decision/infer": STUB_DEAD}
     assert healthcheck.main(["triton"], key_env(tmp_path, KEY)) == 1
@@ -252,14 +253,32 @@ def test_triton_with_a_dead_stub_is_unhealthy_though_ready(healthcheck, server, 
 
 
 def test_the_pings_timeout_can_be_raised_above_one_call(healthcheck, monkeypatch, tmp_path):
+    import wire.liveness
     import wire.ping
 
     timeouts = []
-    monkeypatch.setattr(wire.ping, "ping", lambda address, model, key, timeout: timeouts.append(timeout))
+    monkeypatch.setattr(wire.ping, "attempt", lambda address, model, key, timeout: timeouts.append(timeout) or
+                        (None, False))
+    monkeypatch.setattr(wire.liveness, "read_finished_calls", lambda url, model: 0.0)
     healthcheck.ping_model("http://127.0.0.1:8000", "intern_decision", key_env(tmp_path, KEY))
     healthcheck.ping_model("http://127.0.0.1:8000", "intern_decision",
                            {**key_env(tmp_path, KEY), "INTERN_DECISION_PING_TIMEOUT_SECONDS": "125"})
     assert timeouts == [healthcheck.PING_TIMEOUT_SECONDS, 125.0]
+
+
+def test_the_liveness_ping_is_healthy_when_busy_and_unhealthy_when_hung(healthcheck, monkeypatch, capsys, tmp_path):
+    import wire.liveness
+
+    verdicts = iter([wire.liveness.Verdict(wire.liveness.BUSY, "timed out; 3 call(s) ended meanwhile"),
+                     wire.liveness.Verdict(wire.liveness.DOWN, "timed out; no call ended meanwhile", hung=True)])
+    asked = []
+    monkeypatch.setattr(wire.liveness, "liveness", lambda *args: asked.append(args) or next(verdicts))
+    monkeypatch.setattr(healthcheck, "get", lambda url, headers=None: None)
+    assert healthcheck.main(["triton"], key_env(tmp_path, KEY)) == 0
+    assert capsys.readouterr().out == "busy: timed out; 3 call(s) ended meanwhile\n"
+    assert healthcheck.main(["triton"], key_env(tmp_path, KEY)) == 1
+    assert capsys.readouterr().err == "unhealthy: timed out; no call ended meanwhile\n"
+    assert asked[0][:2] == ("127.0.0.1:8000", "http://127.0.0.1:8002/metrics")
 
 
 def test_the_triton_check_asks_for_the_models_readiness_then_calls_the_ping_hook(healthcheck, monkeypatch):

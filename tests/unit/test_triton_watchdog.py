@@ -1,5 +1,6 @@
 """The Triton container's watchdog (docker/triton/watchdog.py): tritonserver is ended, with a non-zero status and
-nothing left behind, once the model has not answered a ping for a while; signals are passed on."""
+nothing left behind, once the model has not answered a ping for a while or a ping hung while no call ended; a busy
+model (calls ending behind a long request) is left alone; signals are passed on."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from wire.liveness import BUSY, DOWN, UP, Verdict
 
 from .deploy_files import load_script
 
@@ -45,8 +48,12 @@ def test_failures_count_only_after_the_model_answered_once_and_for_the_whole_win
     assert watch.observe("Stub process is not healthy") is True
 
 
+def verdict(problem: str | None) -> Verdict:
+    return Verdict(UP) if problem is None else Verdict(DOWN, problem)
+
+
 def answers(*problems):
-    queue = list(problems)
+    queue = [verdict(problem) for problem in problems]
     return lambda: queue.pop(0) if len(queue) > 1 else queue[0]
 
 
@@ -71,8 +78,8 @@ def test_a_model_down_for_the_window_ends_the_server_and_its_group_with_exit_3(w
             threading.Event().wait(0.1)
 
 
-def test_a_ping_that_hung_for_its_whole_timeout_ends_the_server_at_once(watchdog):
-    # The timeout is above the longest legitimate request: a ping that hangs that long is a hung model, and waiting
+def test_a_ping_that_hung_for_its_whole_timeout_while_no_call_ended_ends_the_server_at_once(watchdog):
+    # The timeout is one call's time: a ping that waits that long while no call ends is a hung model, and waiting
     # the down window would only add another whole timeout.
     clock = Clock()
     watch = watchdog.Watch(1000.0, clock)
@@ -80,20 +87,27 @@ def test_a_ping_that_hung_for_its_whole_timeout_ends_the_server_at_once(watchdog
     assert watch.observe(None) is False
     assert watch.observe("Triton answered 500") is False
     assert watch.observe("timed out", hung=True) is True
-    replies = iter([None])
-
-    def slow_ping():
-        answer = next(replies, "timed out")
-        if answer is not None:
-            threading.Event().wait(0.3)  # a ping waiting out its timeout
-        return answer
-
+    replies = iter([Verdict(UP)])
+    hung = Verdict(DOWN, "timed out; no call ended meanwhile", hung=True)
     logged = []
-    code = watchdog.supervise(SLEEPER, slow_ping, ping_seconds=0.05, down_seconds=1000, exit_timeout=5,
-                              shm_prefix=f"watchdog_test_{secrets.token_hex(4)}_", log=logged.append,
-                              hung_after=0.2)
+    code = watchdog.supervise(SLEEPER, lambda: next(replies, hung), ping_seconds=0.05, down_seconds=1000,
+                              exit_timeout=5, shm_prefix=f"watchdog_test_{secrets.token_hex(4)}_", log=logged.append)
     assert code == watchdog.EXIT_MODEL_DOWN
-    assert any("a ping through the model hung for 0.2 s (timed out)" in line for line in logged)
+    assert any("waited its whole timeout and no call ended (timed out; no call ended meanwhile)" in line
+               for line in logged)
+
+
+def test_a_busy_model_is_alive_and_logged_however_long_its_request(watchdog):
+    # Pings that time out behind a long request while its calls end: never down, whatever the window.
+    replies = iter([Verdict(UP)])
+    busy = Verdict(BUSY, "timed out; 1 call(s) ended meanwhile")
+    logged = []
+    server = [sys.executable, "-c", "import time; time.sleep(1.5)"]  # ends by itself, status 0
+    code = watchdog.supervise(server, lambda: next(replies, busy), ping_seconds=0.05, down_seconds=0.1,
+                              exit_timeout=5, shm_prefix="watchdog_none_", log=logged.append)
+    assert code == 0
+    assert any("the model is busy, alive: timed out; 1 call(s) ended meanwhile" in line for line in logged)
+    assert not any("stopping tritonserver" in line for line in logged)
 
 
 def test_a_server_that_exits_by_itself_passes_its_status_on(watchdog):
@@ -117,7 +131,8 @@ def test_sigterm_is_passed_on_and_the_servers_status_returned(watchdog):
 
 def test_the_command_follows_the_double_dash_and_the_key_file_is_required(watchdog):
     args, command = watchdog.parse(["--key-file", "/k", "--down-seconds", "5", "--", "tritonserver", "--x=1"])
-    assert (args.key_file, args.down_seconds, args.ping_timeout) == ("/k", 5.0, 130.0)
+    assert (args.key_file, args.down_seconds, args.ping_timeout) == ("/k", 5.0, 125.0)
+    assert args.metrics_url == "http://127.0.0.1:8002/metrics"
     assert command == ["tritonserver", "--x=1"]
     with pytest.raises(SystemExit):
         watchdog.parse(["tritonserver"])
