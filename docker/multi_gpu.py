@@ -25,6 +25,9 @@ TRITON_METRICS_PORT = 8002
 MAX_CALLS = 64  # MAX_DECISIONS' default: at most one call per ordering
 CALL_TIMEOUT_SECONDS = 120  # the shim's default
 DRAIN_SECONDS = 5  # the shim's default
+# The liveness ping's margin over one call: the ping's own empty execute and the model's metric update (queued).
+PING_MARGIN_SECONDS = 5
+CHECK_MARGIN_SECONDS = 15  # healthcheck.py triton around its ping (liveness_check_timeout_seconds)
 # HAProxy's bounds on a client (docs/scaling-out.md, "The balancer's bounds"): seconds, never the longest request.
 HTTP_REQUEST_TIMEOUT = "5s"  # the request line and headers
 BODY_WAIT = "1s"  # from the headers to the whole body, or its first buffer (tune.bufsize, 16 KiB); else 408 here
@@ -62,16 +65,24 @@ def longest_request_seconds(max_calls: int = MAX_CALLS, call_timeout: float = CA
     return math.ceil(max_calls * call_timeout)
 
 
-def ping_timeout_seconds(max_calls: int = MAX_CALLS, call_timeout: float = CALL_TIMEOUT_SECONDS) -> int:
-    """How long a ping through the model may take before it counts as failed (Triton's liveness: the watchdog in
-    Compose, the liveness probe in Kubernetes). The model runs one inference at a time, so a ping sent while the
-    longest request the settings allow is scoring waits behind it, then takes one call of its own:
+def ping_timeout_seconds(call_timeout: float = CALL_TIMEOUT_SECONDS) -> int:
+    """How long a ping through the model may wait (Triton's liveness: the watchdog in Compose, the liveness probe in
+    Kubernetes): one call's time and a margin, whatever MAX_DECISIONS is.
 
-        ping timeout = MAX_DECISIONS x CALL_TIMEOUT_SECONDS + CALL_TIMEOUT_SECONDS   (64 x 120 + 120 = 7,800 s)
+        ping timeout = CALL_TIMEOUT_SECONDS + PING_MARGIN_SECONDS   (120 + 5 = 125 s)
 
-    Any shorter and a long legitimate request gets Triton killed mid-request. A dead model process is still caught
-    at once: its pings fail with an error, they do not hang."""
-    return longest_request_seconds(max_calls, call_timeout) + math.ceil(call_timeout)
+    The model runs one inference at a time, so a ping sent during a long request waits behind it and may time out;
+    the model counts each call on Triton's metrics port as it ends, and a ping that timed out while that count moved
+    says "busy", which is alive (wire/liveness.py). A working model ends a call within CALL_TIMEOUT_SECONDS, so a
+    ping that waits this long while no call ends has found a hung model, after about two minutes rather than the
+    longest request's 64 x 120 s. A dead model process is caught at once: its pings fail with an error."""
+    return math.ceil(call_timeout) + PING_MARGIN_SECONDS
+
+
+def liveness_check_timeout_seconds(call_timeout: float = CALL_TIMEOUT_SECONDS) -> int:
+    """The timeout of the check that runs the ping (Compose's healthcheck, Kubernetes' livenessProbe): the ping,
+    then the readiness request and the two reads of the call count (4 s each at most) and the interpreter's start."""
+    return ping_timeout_seconds(call_timeout) + CHECK_MARGIN_SECONDS
 
 
 def stop_grace_seconds(drain_seconds: float = DRAIN_SECONDS, call_timeout: float = CALL_TIMEOUT_SECONDS,
@@ -154,7 +165,7 @@ def _hardened(memory: str, tmpfs: list[str] | None = None) -> dict:
             "security_opt": ["no-new-privileges:true"], "mem_limit": memory}
 
 
-def _triton(gpu: int, ping_timeout: int) -> dict:
+def _triton(gpu: int, call_timeout: float) -> dict:
     return {
         "build": {"context": "../..", "dockerfile": "docker/triton/Dockerfile"},
         "image": "intern-decision-triton:local",
@@ -162,8 +173,8 @@ def _triton(gpu: int, ping_timeout: int) -> dict:
         "environment": {"INTERN_DECISION_DEVICE": "cuda",
                         "INTERN_DECISION_TRITON_API_KEY_FILE": "/run/secrets/triton_api_key",
                         "HOME": TRITON_HOME, "TRITON_CACHE_DIR": TRITON_CACHE_DIR,
-                        # the watchdog's and the healthcheck's ping: behind the longest request (ping_timeout_seconds)
-                        "INTERN_DECISION_PING_TIMEOUT_SECONDS": str(ping_timeout)},
+                        # the watchdog's and the healthcheck's ping: one call's time (ping_timeout_seconds)
+                        "INTERN_DECISION_PING_TIMEOUT_SECONDS": str(ping_timeout_seconds(call_timeout))},
         "secrets": ["triton_api_key"],  # its own key only: never the API token (the checkpoint's code runs here)
         "volumes": [{"type": "bind", "source": "${HF_CACHE:-/srv/hf}", "target": "/hf", "read_only": True,
                      "bind": {"create_host_path": False}}],
@@ -173,7 +184,8 @@ def _triton(gpu: int, ping_timeout: int) -> dict:
         "deploy": {"resources": {"reservations": {"devices": [
             {"driver": "nvidia", "device_ids": [str(gpu)], "capabilities": ["gpu"]}]}}},
         "healthcheck": {"test": ["CMD", "/opt/venv/bin/python", "/opt/intern-decision/healthcheck.py", "triton"],
-                        "interval": "15s", "timeout": f"{ping_timeout + 10}s", "retries": 3, "start_period": "600s"},
+                        "interval": "15s", "timeout": f"{liveness_check_timeout_seconds(call_timeout)}s",
+                        "retries": 3, "start_period": "600s"},
         # The watchdog exits 3 when the model stays unreachable: the restart is the heal.
         "restart": "on-failure:5",
         "stop_grace_period": "45s",
@@ -219,11 +231,10 @@ def compose_file(gpus: int, next_token: bool = False, timing: dict | None = None
     if gpus < 1:
         raise ValueError(f"GPUS must be at least 1, got {gpus}")
     grace_seconds = stop_grace_seconds(**(timing or {}))
-    ping_timeout = ping_timeout_seconds(**{key: value for key, value in (timing or {}).items()
-                                           if key != "drain_seconds"})
+    call_timeout = (timing or {}).get("call_timeout", CALL_TIMEOUT_SECONDS)
     services: dict = {}
     for gpu in range(gpus):
-        services[f"triton-{gpu}"] = _triton(gpu, ping_timeout)
+        services[f"triton-{gpu}"] = _triton(gpu, call_timeout)
         services[f"shim-{gpu}"] = _shim(gpu, next_token, grace_seconds)
     services["haproxy"] = {
         "image": "haproxy:2.6",

@@ -43,8 +43,9 @@ MODEL = "intern_decision"
 EXIT_TIMEOUT_SECONDS = 10
 HTTP_ADDRESS = "127.0.0.1"
 METRICS_ADDRESS = "0.0.0.0"
-# The watchdog's ping timeout: behind the longest request the shim's settings allow (docker/multi_gpu.py,
-# ping_timeout_seconds), set by the deployment; else the watchdog's own default.
+# The watchdog's ping timeout: one call's time (docker/multi_gpu.py, ping_timeout_seconds; a ping that times out
+# behind a long request while calls keep ending is busy, wire/liveness.py), set by the deployment; else the
+# watchdog's own default.
 PING_TIMEOUT_VARIABLE = "INTERN_DECISION_PING_TIMEOUT_SECONDS"
 SHM_PREFIX = "intern_decision_"
 SHARED_MEMORY = Path("/dev/shm")
