@@ -14,22 +14,11 @@ question) or q1..qN.
 """
 from __future__ import annotations
 
+from acceptance.shapes import ANCHOR_DECISIONS, ANCHOR_STATE
 from fixture_checkpoint.prompt_corpus import filler_text
 
 MAX_QUESTIONS_PER_CALL = 16
-BASE_STATE = "The customer was charged twice and asks for the extra payment back."
-
-ANCHOR_DECISIONS = [
-    {"id": "team", "question": "Which team should handle this request?",
-     "options": [{"id": "billing", "description": "Payments and refunds"},
-                 {"id": "delivery", "description": "Shipping and delivery"}]},
-    {"id": "urgency", "question": "Rate the priority.",
-     "options": [{"id": "low", "description": "Low"}, {"id": "medium", "description": "Medium"},
-                 {"id": "high", "description": "High"}]},
-    {"id": "refund_requested", "question": "Is the customer asking for a refund?",
-     "options": [{"id": "yes", "description": "The customer asks for a refund."},
-                 {"id": "no", "description": "The customer does not ask for a refund."}]},
-]
+BASE_STATE = ANCHOR_STATE
 
 
 def binary_criteria(count: int) -> list:

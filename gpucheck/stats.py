@@ -1,19 +1,9 @@
 """Summary statistics of timings, in milliseconds."""
 from __future__ import annotations
 
-import math
 import statistics
 
-
-def percentile(values: list, q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+from acceptance.stats import percentile
 
 
 def summary(milliseconds: list) -> dict:

@@ -143,7 +143,7 @@ ONE_ANCHOR = "acceptance/shapes.py"
 ANCHOR_STATE_TEXT = "The customer was charged twice and asks for the extra payment back."
 
 
-@pytest.mark.parametrize("top", ["acceptance", "bench"])
+@pytest.mark.parametrize("top", ["acceptance", "bench", "gpucheck"])
 def test_one_percentile(top):
     """No second percentile: no function of that name, no numpy percentile, no statistics.quantiles."""
     found = []
@@ -157,7 +157,7 @@ def test_one_percentile(top):
     assert found == ([f"{ONE_PERCENTILE}: def percentile"] if top == "acceptance" else [])
 
 
-@pytest.mark.parametrize("top", ["acceptance", "bench"])
+@pytest.mark.parametrize("top", ["acceptance", "bench", "gpucheck"])
 def test_one_anchor_request(top):
     """The anchor's state is written in one place; the others import it."""
     writing = [str(path.relative_to(ROOT)) for path in (ROOT / top).rglob("*.py")
