@@ -9,7 +9,7 @@ edge/       the request before any route, pure ASGI middleware, one concern each
             request_id, access (one access line and the request series), framing (Transfer-Encoding; an answer
             before the body's end closes the connection), auth (401, with tokens), draining (503 once the drain
             refuses), body (415 for an unknown Content-Encoding; once admitted, the body read within its limits
-            and decoded by encoding), admission (429, at most MAX_QUEUE)
+            and decoded by encoding), admission (429, at most MAX_QUEUE), disconnect (the client's leaving watched)
 semif/      POST /decide and POST /decide/shared: request (the bodies checked into decisions), plan (decisions ->
             orderings -> waves -> calls), answers (per-ordering results and the averaged view), service, routes
 systemone/  GET /v1/models, POST /v1/systemone and its batch: catalog, request, answers, service, routes; TypeSafe's
@@ -26,7 +26,7 @@ port/       the model as both surfaces use it: model (the Protocol and a ping's 
             connections), watch (the model's liveness: pings, and reloads when its process died)
 errors      the error envelope, the public errors, the one failure type of a call (Failure on wire.Kind) (pure)
 drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
-gone        a request whose client went away is not scored (ClientWatch), 499
+client_gone a request whose client went away is not scored (the watched channel, ClientGone), 499
 context     the request's id and usage, in ContextVars the middleware, the logs and the services share
 settings    configuration from INTERN_DECISION_* (validated, fail closed)
 metrics     the Prometheus series, served on a port of their own                                    (I/O)

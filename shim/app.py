@@ -27,11 +27,11 @@ from .edge.access import AccessLog
 from .edge.admission import Admission
 from .edge.auth import BearerAuth
 from .edge.body import BodyReader, KnownEncoding
+from .edge.disconnect import DisconnectWatch
 from .edge.draining import RefuseWhileDraining
 from .edge.framing import CloseUnread, TransferEncodingGuard
 from .edge.request_id import RequestId
 from .edge.tokens import AcceptedTokens
-from .gone import ClientWatch
 from .exception_handlers import EXCEPTION_HANDLERS
 from .health import HealthCheck, health_route
 from .metrics import ShimMetrics
@@ -136,7 +136,7 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
                     Middleware(BodyReader, max_body_bytes=settings.max_body_bytes,
                                body_timeout_seconds=settings.body_timeout_seconds,
                                max_decode_ratio=settings.max_decode_ratio),
-                    Middleware(ClientWatch)],
+                    Middleware(DisconnectWatch)],
         metrics=metrics,
         typesafe_prefixes=("/v1/",),
         exception_handlers=EXCEPTION_HANDLERS,

@@ -1,6 +1,7 @@
 """What happens to a request before any route: pure ASGI middleware, one concern each, knowing no route prefix,
 ordered in shim/app.py. For a POST, in the contract's order: auth (401), draining (503), body's KnownEncoding
-(415), admission (429), then body's BodyReader (413, 408, 422), all from the headers alone until admitted.
+(415), admission (429), then body's BodyReader (413, 408, 422), all from the headers alone until admitted; last,
+the disconnect watch.
 
 request_id  X-Request-Id on every response, and the request's ContextVar
 access      one access line and the request series per request
@@ -10,5 +11,6 @@ draining    a new POST once the drain refuses
 admission   at most MAX_QUEUE POSTs queued or scoring
 body        the Content-Encoding known, the body read within MAX_BODY_BYTES and BODY_TIMEOUT_SECONDS, decoded
             (encoding: gzip and zstd within the limit, in bounded steps) and replayed to the app
+disconnect  the POST's channel watched for the client's leaving (shim/client_gone.py: never scored, 499)
 refusal     which requests the POST guards apply to (is_post), and a refusal in the envelope
 """

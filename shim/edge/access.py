@@ -13,7 +13,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import context
-from ..gone import CLIENT_WENT_AWAY
+from ..client_gone import CLIENT_WENT_AWAY
 from ..metrics import ShimMetrics, route_of
 
 log = logging.getLogger("intern_decision.shim.access")

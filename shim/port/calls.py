@@ -10,7 +10,7 @@ from wire.answer import CallAnswer
 
 from ..drain import Drain
 from ..errors import ModelFailure
-from ..gone import ClientGone
+from ..client_gone import ClientGone
 from ..metrics import ShimMetrics
 from .model import Model
 from .waiting import acquire

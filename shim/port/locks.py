@@ -1,5 +1,5 @@
 """Acquiring an asyncio lock unless something else happens first: the one primitive behind giving up a wait for the
-inference lock (shim/gone.py, shim/port/waiting.py)."""
+inference lock (shim/client_gone.py, shim/port/waiting.py)."""
 from __future__ import annotations
 
 import asyncio

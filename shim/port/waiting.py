@@ -1,5 +1,5 @@
 """Waiting for the inference lock (INV-2), which a request may give up before it holds it: when its client goes
-away (shim/gone.py: never scored, 499) or when the drain stops the queue (shim/drain.py: 503 `draining` with
+away (shim/client_gone.py: never scored, 499) or when the drain stops the queue (shim/drain.py: 503 `draining` with
 Retry-After, answered before the grace period ends, never reset by a kill)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 from ..drain import Drain
 from ..errors import DRAINING, RETRY_AFTER_SECONDS, ApiError
-from ..gone import client_gone_event, gone_error
+from ..client_gone import client_gone_event, gone_error
 from .locks import acquire_unless
 
 

@@ -1,19 +1,20 @@
 """A request whose client went away before it reached the model is not scored (one already scoring finishes).
 
-ClientWatch, pure ASGI middleware inside the body reader (shim/edge/body.py), passes the body on and then keeps
-reading the request's channel in the background: the server sends `http.disconnect` there when the client closes the
-connection. The runner waits for the inference lock (INV-2) through shim/port/waiting.py, which gives up when the
-client goes while it waits and checks once more when it has the lock. A gone client's request therefore never costs a
-call, and frees its queue slot at once. Such a request is logged 499 and counted in
-intern_decision_shim_client_gone_total.
+The edge's DisconnectWatch (shim/edge/disconnect.py) hands the app a watched channel (watched()): it passes the body
+on and then keeps reading the request's channel in the background, where the server sends `http.disconnect` when the
+client closes the connection. The runner waits for the inference lock (INV-2) through shim/port/waiting.py, which
+gives up when the client goes while it waits (client_gone_event()) and checks once more when it has the lock. A gone
+client's request therefore never costs a call, and frees its queue slot at once. Such a request is logged 499 and
+counted in intern_decision_shim_client_gone_total.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from contextvars import ContextVar
+from typing import AsyncIterator
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive
 
 from .errors import ApiError
 
@@ -56,25 +57,20 @@ class _Channel:
                 await self._listener
 
 
-class ClientWatch:
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        channel = _Channel(receive)
-        token = _current.set(channel)
-        try:
-            await self.app(scope, channel.receive, send)
-        finally:
-            _current.reset(token)
-            await channel.close()
+@contextlib.asynccontextmanager
+async def watched(receive: Receive) -> AsyncIterator[Receive]:
+    """The request's channel, watched for the client's leaving while the app runs inside."""
+    channel = _Channel(receive)
+    token = _current.set(channel)
+    try:
+        yield channel.receive
+    finally:
+        _current.reset(token)
+        await channel.close()
 
 
 def client_gone_event() -> asyncio.Event | None:
-    """Set when the request's client goes away; None outside a request watched by ClientWatch."""
+    """Set when the request's client goes away; None outside a watched request."""
     channel = _current.get()
     return None if channel is None else channel.gone
 

@@ -1,5 +1,5 @@
 """A request whose client went away before it reached the model is not scored, and counted; one already scoring
-finishes (shim/gone.py), over a fake model held by a gate."""
+finishes (shim/client_gone.py), over a fake model held by a gate."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from shim.app import create_app
-from shim.gone import ClientGone
+from shim.client_gone import ClientGone, client_gone_event, watched
 from shim.metrics import ShimMetrics
 from shim.port.waiting import acquire
 
@@ -100,15 +100,9 @@ async def test_the_wait_is_a_plain_acquire_outside_a_watched_request():
 
 
 async def test_a_lock_won_in_the_same_moment_the_client_goes_is_given_back():
-    from shim import gone
-
     lock = asyncio.Lock()
-    channel = gone._Channel(None)
-    token = gone._current.set(channel)
-    try:
-        channel.gone.set()
+    async with watched(None):
+        client_gone_event().set()
         with pytest.raises(ClientGone):
             await acquire(lock)
-    finally:
-        gone._current.reset(token)
     assert not lock.locked()
