@@ -18,13 +18,15 @@ health      GET /health and the model_up gauge, from what the watch knows
 playground/ GET /playground: a page for people (static files from the package) and GET / pointing to it; it
             calls the public API like any caller and imports nothing of the shim
 exception_handlers
-            every error the app raises answered in the envelope (Starlette's exception handlers)
+            every error the app raises answered in the envelope (Starlette's exception handlers), and what the
+            port tells (the drain stopped the queue) turned into HTTP
 port/       the model as both surfaces use it: model (the Protocol and a ping's Probe), calls (one request's calls
             under the process-wide lock, counted and classified), chunking (at most 16 questions a call, greedy),
-            invalid (the one 422 type), facts (the model's facts, cached), waiting and locks (the lock's wait, given
-            up when the client goes or the drain stops the queue), triton and http1 (Triton over our own HTTP/1.1
+            facts (the model's facts, cached), waiting and locks (the lock's wait, given up when the client goes or
+            the drain stops the queue), triton and http1 (Triton over our own HTTP/1.1
             connections), watch (the model's liveness: pings, and reloads when its process died)
-errors      the error envelope, the public errors, the one failure type of a call (Failure on wire.Kind) (pure)
+errors      the error envelope, the public errors, the one 422 type (UnprocessableRequest), the one failure
+            type of a call (Failure on wire.Kind)                                                       (pure)
 drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
 client_gone a request whose client went away is not scored (the watched channel, ClientGone), 499
 context     the request's id and usage, in ContextVars the middleware, the logs and the services share

@@ -89,6 +89,15 @@ class ApiError(Exception):
         return self.message
 
 
+class UnprocessableRequest(ValueError):
+    """A request either surface refuses before any model work: 422 invalid_request; the message names the field. A
+    surface that answers with a structured detail (System One's FastAPI-shaped list) overrides `detail`."""
+
+    @property
+    def detail(self) -> list[dict] | None:
+        return None
+
+
 class Failure(enum.Enum):
     """How a call to the model failed.
 

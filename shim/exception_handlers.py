@@ -7,13 +7,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from .errors import HTTP_CODES, INVALID, SCORING_FAILED, ApiError, Failure, ModelFailure, envelope
-from .port.invalid import InvalidRequest
+from .errors import (DRAINING, HTTP_CODES, INVALID, RETRY_AFTER_SECONDS, SCORING_FAILED, ApiError, Failure, ModelFailure,
+                     UnprocessableRequest, envelope)
+from .port.waiting import QueueStopped
 
 log = logging.getLogger("intern_decision.shim")
 
 
-def error_body(exc: ApiError | InvalidRequest) -> dict:
+def error_body(exc: ApiError | UnprocessableRequest) -> dict:
     """The envelope for an error the app raises, in its public words, with its 422 detail when it has one; the MCP
     tools' failures carry the same body (shim/systemone/mcp.py)."""
     body = envelope(exc.code, exc.public_message) if isinstance(exc, ApiError) else envelope(INVALID.code, str(exc))
@@ -22,7 +23,19 @@ def error_body(exc: ApiError | InvalidRequest) -> dict:
     return body
 
 
-async def invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
+def drained() -> ApiError:
+    """A request the drain stopped before it held the lock: 503 draining, and the connection closed so that the retry
+    opens one to another replica."""
+    return ApiError(DRAINING.status, DRAINING.code,
+                    "this replica is shutting down and had not started this request; retry (another replica)",
+                    {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"})
+
+
+async def queue_stopped(request: Request, exc: QueueStopped) -> JSONResponse:
+    return await api_error(request, drained())
+
+
+async def invalid_request(request: Request, exc: UnprocessableRequest) -> JSONResponse:
     return JSONResponse(error_body(exc), status_code=INVALID.status)
 
 
@@ -46,5 +59,5 @@ async def unexpected(request: Request, exc: Exception) -> JSONResponse:
                         status_code=SCORING_FAILED.status)
 
 
-EXCEPTION_HANDLERS = {InvalidRequest: invalid_request, ApiError: api_error, HTTPException: http_error,
-                      Exception: unexpected}
+EXCEPTION_HANDLERS = {UnprocessableRequest: invalid_request, ApiError: api_error, QueueStopped: queue_stopped,
+                      HTTPException: http_error, Exception: unexpected}

@@ -5,9 +5,9 @@ knows a surface.
 model     the Protocol every model implements (Triton, the watch, the unit tests' fake), and a ping's Probe
 calls     one request's calls under the process-wide lock (INV-2), counted and classified
 chunking  at most 16 questions a call, packed greedily in request order                            (pure)
-invalid   InvalidRequest, the one 422 type both surfaces raise                                      (pure)
 facts     the model's facts, cached for FACTS_TTL_SECONDS
-waiting   the wait for the lock, given up when the client goes or the drain stops the queue
+waiting   the wait for the lock, given up when the client goes or the drain stops the queue (QueueStopped,
+          which the exception handlers answer 503 draining)
 locks     acquiring a lock unless an event is set first
 triton    the calls to Triton over our own HTTP/1.1 connections (http1), each answer read once      (I/O)
 watch     the model's liveness: pings, and reloads when its process died                           (I/O)

@@ -37,7 +37,7 @@ class CallRunner:
         queued_at = time.perf_counter()
         try:
             # a request whose client went away first is never scored; one still waiting when a drain stops the queue
-            # is answered 503 draining (Drained)
+            # is answered 503 draining (QueueStopped)
             await acquire(self._lock, self._drain)
         except ClientGone:
             self._metrics.client_gone.inc()

@@ -1,35 +1,30 @@
 """Waiting for the inference lock (INV-2), which a request may give up before it holds it: when its client goes
 away (shim/client_gone.py: never scored, 499) or when the drain stops the queue (shim/drain.py: 503 `draining` with
-Retry-After, answered before the grace period ends, never reset by a kill)."""
+Retry-After, answered before the grace period ends, never reset by a kill). What happened is told by the exception
+raised; the exception handlers (shim/exception_handlers.py) turn it into HTTP."""
 from __future__ import annotations
 
 import asyncio
 
-from ..drain import Drain
-from ..errors import DRAINING, RETRY_AFTER_SECONDS, ApiError
 from ..client_gone import client_gone_event, gone_error
+from ..drain import Drain
 from .locks import acquire_unless
 
 
-class Drained(ApiError):
-    """The drain stopped the queue before this request held the lock."""
-
-    def __init__(self) -> None:
-        super().__init__(DRAINING.status, DRAINING.code,
-                         "this replica is shutting down and had not started this request; retry (another replica)",
-                         {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"})
+class QueueStopped(Exception):
+    """The drain stopped the queue before this request held the lock: the request was not started."""
 
 
 async def acquire(lock: asyncio.Lock, drain: Drain | None = None) -> None:
-    """The lock for the request being handled; ClientGone when its client goes first, Drained when the drain
+    """The lock for the request being handled; ClientGone when its client goes first, QueueStopped when the drain
     stops the queue first."""
     stops = [event for event in (client_gone_event(), drain.stops_queue if drain is not None else None)
              if event is not None]
     if drain is not None and drain.refusing:
-        raise Drained
+        raise QueueStopped
     stopped = await acquire_unless(lock, *stops)
     if stopped is None:
         return
     if drain is not None and stopped is drain.stops_queue:
-        raise Drained
+        raise QueueStopped
     raise gone_error()

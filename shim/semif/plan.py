@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..port.chunking import chunks
-from ..port.invalid import InvalidRequest
+from ..errors import UnprocessableRequest
 from .request import Decision, Option
 
 
@@ -57,7 +57,7 @@ def plan(decisions: list[Decision], max_decisions: int) -> list[Call]:
     expanded = [orderings_of(decision) for decision in decisions]
     scored = sum(len(orderings) for orderings in expanded)
     if not 1 <= scored <= max_decisions:
-        raise InvalidRequest(f"the request scores {scored} orderings after expansion; "
+        raise UnprocessableRequest(f"the request scores {scored} orderings after expansion; "
                              f"1..{max_decisions} are allowed (MAX_DECISIONS)")
     calls: list[Call] = []
     for wave in range(max(len(orderings) for orderings in expanded)):

@@ -1,4 +1,4 @@
-"""semif-serve's request rules, re-stated by the contract; a violation is InvalidRequest naming the field."""
+"""semif-serve's request rules, re-stated by the contract; a violation is UnprocessableRequest naming the field."""
 from __future__ import annotations
 
 import itertools
@@ -8,7 +8,7 @@ from typing import Any
 from wire import strict_json
 
 from ..edge.json_body import strict_body
-from ..port.invalid import InvalidRequest
+from ..errors import UnprocessableRequest
 
 ORDERINGS = ("none", "rotations", "all")
 MIN_OPTIONS, MAX_OPTIONS = 2, 16
@@ -66,53 +66,53 @@ async def parse_json(body: bytes) -> Any:
     try:
         return await strict_body(body)
     except strict_json.NotStrictJson as exc:
-        raise InvalidRequest(str(exc)) from None
+        raise UnprocessableRequest(str(exc)) from None
 
 
 def _object(value: Any, where: str) -> dict:
     if not isinstance(value, dict):
-        raise InvalidRequest(f"{where} must be a JSON object")
+        raise UnprocessableRequest(f"{where} must be a JSON object")
     return value
 
 
 def _nonempty_string(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
-        raise InvalidRequest(f"{where} must be a nonempty string")
+        raise UnprocessableRequest(f"{where} must be a nonempty string")
     return value
 
 
 def _state(body: dict) -> Any:
     if "state" not in body:
-        raise InvalidRequest("state is required")
+        raise UnprocessableRequest("state is required")
     state = body["state"]
     if not isinstance(state, (str, dict, list)):
-        raise InvalidRequest("state must be a nonempty string, object or array")
+        raise UnprocessableRequest("state must be a nonempty string, object or array")
     if not state:
-        raise InvalidRequest("state must not be empty")
+        raise UnprocessableRequest("state must not be empty")
     return state
 
 
 def _workload(body: dict) -> None:
     if body.get("workload") is not None:
-        raise InvalidRequest("workload is not supported: there is no per-workload calibration table, the model's own "
+        raise UnprocessableRequest("workload is not supported: there is no per-workload calibration table, the model's own "
                              "calibration always applies (send no workload, or null)")
 
 
 def _options(value: Any, where: str) -> tuple[Option, ...]:
     if not isinstance(value, list):
-        raise InvalidRequest(f"{where} must be an array")
+        raise UnprocessableRequest(f"{where} must be an array")
     if not MIN_OPTIONS <= len(value) <= MAX_OPTIONS:
-        raise InvalidRequest(f"{where} must hold {MIN_OPTIONS}..{MAX_OPTIONS} options, got {len(value)}")
+        raise UnprocessableRequest(f"{where} must hold {MIN_OPTIONS}..{MAX_OPTIONS} options, got {len(value)}")
     options, seen = [], set()
     for index, item in enumerate(value):
         item = _object(item, f"{where}[{index}]")
         option_id, description = item.get("id"), item.get("description")
         if not isinstance(option_id, str):
-            raise InvalidRequest(f"{where}[{index}].id must be a string")
+            raise UnprocessableRequest(f"{where}[{index}].id must be a string")
         if not isinstance(description, str):
-            raise InvalidRequest(f"{where}[{index}].description must be a string")
+            raise UnprocessableRequest(f"{where}[{index}].description must be a string")
         if option_id in seen:
-            raise InvalidRequest(f"{where}[{index}].id {option_id!r} is not unique within the decision")
+            raise UnprocessableRequest(f"{where}[{index}].id {option_id!r} is not unique within the decision")
         seen.add(option_id)
         options.append(Option(option_id, description))
     return tuple(options)
@@ -127,9 +127,9 @@ def _decision(value: Any, where: str) -> Decision:
     orderings = body.get("orderings")
     orderings = "none" if orderings is None else orderings
     if orderings not in ORDERINGS:
-        raise InvalidRequest(f"{prefix}orderings must be one of {', '.join(ORDERINGS)}")
+        raise UnprocessableRequest(f"{prefix}orderings must be one of {', '.join(ORDERINGS)}")
     if orderings == "all" and len(options) > MAX_OPTIONS_FOR_ALL:
-        raise InvalidRequest(f"{prefix}orderings 'all' is allowed up to {MAX_OPTIONS_FOR_ALL} options, "
+        raise UnprocessableRequest(f"{prefix}orderings 'all' is allowed up to {MAX_OPTIONS_FOR_ALL} options, "
                              f"this decision has {len(options)}")
     return Decision(decision_id, question, options, orderings)
 
@@ -148,12 +148,12 @@ def shared_body(payload: Any) -> tuple[Any, list[Decision]]:
     state = _state(body)
     raw = body.get("decisions")
     if not isinstance(raw, list) or not raw:
-        raise InvalidRequest("decisions must be a nonempty array")
+        raise UnprocessableRequest("decisions must be a nonempty array")
     decisions, seen = [], set()
     for index, item in enumerate(raw):
         decision = _decision(item, f"decisions[{index}]")
         if decision.id in seen:
-            raise InvalidRequest(f"decisions[{index}].id {decision.id!r} is not unique within the request")
+            raise UnprocessableRequest(f"decisions[{index}].id {decision.id!r} is not unique within the request")
         seen.add(decision.id)
         decisions.append(decision)
     _result_ids_unique(decisions)
@@ -167,7 +167,7 @@ def _result_ids_unique(decisions: list[Decision]) -> None:
     for index, decision in enumerate(decisions):
         for result_id in decision.result_ids:
             if result_id in owner and owner[result_id] != index:
-                raise InvalidRequest(f"decisions[{index}] would answer with the id {result_id!r}, which "
+                raise UnprocessableRequest(f"decisions[{index}] would answer with the id {result_id!r}, which "
                                      f"decisions[{owner[result_id]}] already answers with; result ids must be "
                                      f"unique within the response")
             owner[result_id] = index

@@ -38,9 +38,9 @@ from wire import strict_json
 
 from .. import context
 from ..edge.json_body import strict_body
-from ..errors import ApiError
-from ..exception_handlers import error_body
-from ..port.invalid import InvalidRequest
+from ..errors import ApiError, UnprocessableRequest
+from ..exception_handlers import drained, error_body
+from ..port.waiting import QueueStopped
 from .request import SystemOneInvalid
 from .service import SystemOneService
 
@@ -100,7 +100,7 @@ def tools(openapi: dict) -> list[types.Tool]:
     ]
 
 
-def tool_error(exc: ApiError | InvalidRequest) -> types.CallToolResult:
+def tool_error(exc: ApiError | UnprocessableRequest) -> types.CallToolResult:
     if isinstance(exc, ApiError) and exc.status >= 500:
         log.warning("MCP tool: %s", exc)  # the detail; the caller gets the public words
     body = error_body(exc)
@@ -150,12 +150,14 @@ class SystemOneTools:
             return tool_error(SystemOneInvalid(["body"], state[NOT_STRICT], "json_invalid"))
         operation = self._operations.get(params.name)
         if operation is None:
-            return tool_error(InvalidRequest(f"unknown tool {params.name!r}; this server has "
+            return tool_error(UnprocessableRequest(f"unknown tool {params.name!r}; this server has "
                                              f"{', '.join(sorted(self._operations))}"))
         try:
             result = await operation(params.arguments or {}, request_id)
-        except (ApiError, InvalidRequest) as exc:
+        except (ApiError, UnprocessableRequest) as exc:
             return tool_error(exc)
+        except QueueStopped:
+            return tool_error(drained())
         return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(result))],
                                     structured_content=result)
 
@@ -167,7 +169,7 @@ class SystemOneTools:
 
     async def _models(self, arguments: dict, request_id: str) -> dict:
         if arguments:
-            raise InvalidRequest(f"list_models takes no arguments, got {', '.join(sorted(arguments))}")
+            raise UnprocessableRequest(f"list_models takes no arguments, got {', '.join(sorted(arguments))}")
         return await self._service.models()
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from wire.answer import CHOICE, NOUL, SCORE
 
 from ..port.chunking import MAX_QUESTIONS_PER_CALL
-from ..port.invalid import InvalidRequest
+from ..errors import UnprocessableRequest
 
 MAX_OPTIONS = 62  # the checkpoint's answer symbols
 OPTIONS_BOUND = "the checkpoint's single-token answer symbols; TypeSafe takes up to 255"
@@ -23,7 +23,7 @@ CONFIG_KEYS = ("single_call",)
 NOUL_KEYS = ("true", "false")
 
 
-class SystemOneInvalid(InvalidRequest):
+class SystemOneInvalid(UnprocessableRequest):
     """422 invalid_request with FastAPI's detail: `loc` names the field, `kind` is the error's type."""
 
     def __init__(self, loc: list, message: str, kind: str = "value_error"):

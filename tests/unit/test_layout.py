@@ -73,6 +73,24 @@ def test_the_port_and_the_edge_know_no_surface_and_not_each_other(layer):
                 for target in imported if any(within(target, upper) for upper in above)]
 
 
+
+def test_the_port_tells_what_happened_and_builds_no_http():
+    """The model port raises what happened (the drain stopped the queue, the model failed); the exception handlers
+    and the edge turn it into an answer: no Starlette in shim/port/, no error type of the envelope defined there, no
+    response headers written there."""
+    found = []
+    for path in (ROOT / "shim" / "port").rglob("*.py"):
+        where = str(path.relative_to(ROOT))
+        found += [f"{where}: imports {target}" for target in imports_of(path) if within(target, "starlette")]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                found += [f"{where}: {node.name}({base.id})" for base in node.bases
+                          if isinstance(base, ast.Name) and base.id in ("ApiError", "HTTPException")]
+            elif isinstance(node, ast.Dict):
+                found += [f"{where}: header {key.value}" for key in node.keys
+                          if isinstance(key, ast.Constant) and key.value in ("Retry-After", "Connection")]
+    assert found == []
+
 @pytest.mark.parametrize("top", ["shim", "intern_decision_model", "wire", "gpucheck", "acceptance", "devstack"])
 def test_no_imports_in_a_cycle(top):
     modules = graph(top)

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from shim.port.chunking import MAX_QUESTIONS_PER_CALL
-from shim.port.invalid import InvalidRequest
+from shim.errors import UnprocessableRequest
 from shim.semif.answers import averaged_result
 from shim.semif.plan import orderings_of, plan
 from shim.semif.request import Decision, Option, shared_body
@@ -81,7 +81,7 @@ def test_every_ordering_is_scored_once_and_counts_toward_the_cap(asked):
     for index, orderings in enumerate(expanded):
         assert orderings[0] == asked[index].options  # the caller's order first
         assert len(set(orderings)) == len(orderings)
-    with pytest.raises(InvalidRequest, match=f"scores {scored} orderings"):
+    with pytest.raises(UnprocessableRequest, match=f"scores {scored} orderings"):
         plan(asked, max_decisions=scored - 1)
 
 
@@ -173,7 +173,7 @@ def test_a_request_within_the_rules_is_accepted_unchanged_unless_its_result_ids_
         state, parsed = shared_body(as_body(asked))
         assert state == {"ticket": 1} and parsed == asked
     else:
-        with pytest.raises(InvalidRequest, match="result ids must be unique within the response"):
+        with pytest.raises(UnprocessableRequest, match="result ids must be unique within the response"):
             shared_body(as_body(asked))
 
 
@@ -202,7 +202,7 @@ def test_a_broken_rule_is_refused_naming_the_decision_and_field(asked, data):
     mutate, message = MUTATIONS[data.draw(st.sampled_from(sorted(MUTATIONS)))]
     mutate(body["decisions"][index])
     assume(len(body["decisions"][index]["options"]) <= 16 or message.startswith("options must hold"))
-    with pytest.raises(InvalidRequest) as refused:
+    with pytest.raises(UnprocessableRequest) as refused:
         shared_body(body)
     assert str(refused.value).startswith(f"decisions[{index}]") and message in str(refused.value)
 

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from shim.port.chunking import MAX_QUESTIONS_PER_CALL
-from shim.port.invalid import InvalidRequest
+from shim.errors import UnprocessableRequest
 from shim.semif.plan import orderings_of, plan
 from shim.semif.request import Decision, Option
 
@@ -83,9 +83,9 @@ def test_waves_never_repeat_a_decision_within_a_call_and_wave_0_is_the_request_a
 
 def test_orderings_count_toward_the_cap():
     assert len(plan([decision("a", 4, "all")], 24)) == 24
-    with pytest.raises(InvalidRequest, match="scores 25 orderings after expansion; 1..24 are allowed"):
+    with pytest.raises(UnprocessableRequest, match="scores 25 orderings after expansion; 1..24 are allowed"):
         plan([decision("a", 4, "all"), decision("b")], 24)
-    with pytest.raises(InvalidRequest, match="scores 4 orderings"):
+    with pytest.raises(UnprocessableRequest, match="scores 4 orderings"):
         plan([decision("a", 4, "rotations")], 3)
 
 
