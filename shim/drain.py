@@ -1,4 +1,4 @@
-"""Draining a shim on SIGTERM (docs/scaling-out.md, "Drain"): stop admitting, finish what was admitted, exit.
+"""Draining a shim on SIGTERM (docs/operations.md, "Draining"): stop admitting, finish what was admitted, exit.
 
 At SIGTERM /health answers 503 `draining` at once, so the balancer (HAProxy's check, Kubernetes' readiness) takes
 the replica out. New POSTs are still admitted for `announce_seconds`, the time the balancer needs to notice:
@@ -14,8 +14,9 @@ begin() is called from a signal handler and only records the moment; the server 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 
 class Drain:
@@ -23,8 +24,22 @@ class Drain:
         self._announce_seconds = announce_seconds
         self._clock = clock
         self._began_at: float | None = None
-        self.admitted = 0  # POSTs admitted and not yet answered, counted by admission (shim/edge/admission.py)
+        self._admitted = 0
         self.stops_queue = asyncio.Event()  # set by tick() once refusing: the requests waiting for the lock give up
+
+    @property
+    def admitted(self) -> int:
+        """POSTs admitted and not yet answered (shim/edge/admission.py counts them through admission())."""
+        return self._admitted
+
+    @contextlib.contextmanager
+    def admission(self) -> Iterator[None]:
+        """One admitted POST, counted while it runs: the drain is not done before it is answered."""
+        self._admitted += 1
+        try:
+            yield
+        finally:
+            self._admitted -= 1
 
     @property
     def draining(self) -> bool:

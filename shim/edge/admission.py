@@ -1,6 +1,6 @@
 """Admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring.
 
-The count is the drain's (Drain.admitted): the drain ends when it is back to 0, so the two can never disagree."""
+The count is the drain's (Drain.admission()): the drain ends when it is back to 0, so the two can never disagree."""
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -25,8 +25,5 @@ class Admission:
                          f"{self._max_queue} requests are already queued or scoring; retry later",
                          {"Retry-After": str(RETRY_AFTER_SECONDS)})
             return
-        self._drain.admitted += 1
-        try:
+        with self._drain.admission():
             await self.app(scope, receive, send)
-        finally:
-            self._drain.admitted -= 1

@@ -39,14 +39,13 @@ def test_a_drain_refuses_after_its_announcement_and_is_done_when_nothing_admitte
     clock = Clock()
     drain = Drain(2.0, clock)
     assert not drain.draining and not drain.refusing and not drain.done
-    drain.admitted = 1
-    drain.begin()
-    assert drain.draining and not drain.refusing
-    clock.now += 2.0
-    drain.begin()  # a second call keeps the first moment
-    assert drain.refusing and not drain.done  # one admitted request is not finished
-    drain.admitted = 0
-    assert drain.done
+    with drain.admission():
+        drain.begin()
+        assert drain.draining and not drain.refusing
+        clock.now += 2.0
+        drain.begin()  # a second call keeps the first moment
+        assert drain.refusing and not drain.done  # one admitted request is not finished
+    assert drain.admitted == 0 and drain.done
 
 
 @pytest.fixture
@@ -120,10 +119,9 @@ async def test_the_server_exits_once_the_drain_is_done():
     drain = Drain(1.0, clock)
     server = DrainingServer(config(create_app(make_settings(), FakeModel()), "127.0.0.1", 0), drain)
     server.handle_exit(signal.SIGTERM, None)
-    drain.admitted = 1
-    clock.now += 1.0
-    assert await server.on_tick(1) is False
-    drain.admitted = 0
+    with drain.admission():
+        clock.now += 1.0
+        assert await server.on_tick(1) is False
     assert await server.on_tick(2) is True
 
 
