@@ -35,8 +35,12 @@ SERVER = """
 import logging, sys
 import shim.__main__ as entry
 from tests.unit.fake_model import FakeModel
-real_create_app = entry.create_app
-entry.create_app = lambda settings, **kwargs: real_create_app(settings, FakeModel(), **kwargs)
+if hasattr(entry, "build_service"):
+    real_build_service = entry.build_service
+    entry.build_service = lambda settings, **kwargs: real_build_service(settings, FakeModel(), **kwargs)
+else:  # a tree from before the service record
+    real_create_app = entry.create_app
+    entry.create_app = lambda settings, **kwargs: real_create_app(settings, FakeModel(), **kwargs)
 if sys.argv[1] == "no-access-line" and hasattr(entry, "logs"):
     real_config = entry.logs.log_config
     def quiet_config(*args):

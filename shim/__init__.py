@@ -3,8 +3,9 @@
 Two surfaces, siblings over one model port; the app is the only module that knows both, and neither imports the
 other. From the outside in:
 
-app         the Starlette application: wiring only; one CallRunner (one lock) for both surfaces
-server      uvicorn as python -m shim runs it, request headers and connections bounded            (I/O)
+app         the Starlette application: wiring only; one CallRunner (one lock) for both surfaces; build_service
+            hands the app over with its settings, drain and watch (Service)
+server      uvicorn as python -m shim runs a Service, request headers and connections bounded      (I/O)
 edge/       the request before any route, pure ASGI middleware, one concern each, ordered in app:
             request_id, access (one access line and the request series), framing (Transfer-Encoding; an answer
             before the body's end closes the connection), auth (401, with tokens), draining (503 once the drain

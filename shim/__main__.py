@@ -15,7 +15,7 @@ import sys
 from wire.env import port_number
 
 from . import logs, metrics, server
-from .app import create_app
+from .app import build_service
 from .settings import ShimSettings
 
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.config.dictConfig(log_config)
     if metrics_address is not None:
         logging.getLogger("intern_decision.shim").info("metrics on http://%s:%d/metrics", host, metrics_port)
-    server.run(create_app(settings, metrics=shim_metrics), args.host, port, log_config)
+    server.run(build_service(settings, metrics=shim_metrics), args.host, port, log_config)
     return 0
 
 

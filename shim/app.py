@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -103,7 +103,22 @@ def lifespan_of(watch: ModelWatch, health_check: HealthCheck, mcp):
     return lifespan
 
 
+class Service(NamedTuple):
+    """The app and what the server (shim/server.py) and the tests reach besides it: the settings (the connections'
+    limits among them), the drain it begins on SIGTERM, the model's watch."""
+
+    app: Starlette
+    settings: ShimSettings
+    drain: Drain
+    watch: ModelWatch
+
+
 def create_app(settings: ShimSettings, model: Model | None = None, metrics: ShimMetrics | None = None) -> Starlette:
+    """The ASGI app alone (build_service's), for a caller that needs nothing else of it."""
+    return build_service(settings, model, metrics).app
+
+
+def build_service(settings: ShimSettings, model: Model | None = None, metrics: ShimMetrics | None = None) -> Service:
     """model: the Triton model (a fake in unit tests). metrics: the series this app updates (a fresh set when
     None); python -m shim serves their registry. Every route is bound to its service here; both surfaces share one
     CallRunner, so one lock (INV-2)."""
@@ -143,12 +158,7 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
         lifespan=lifespan_of(watch, health_check, mcp),
     )
     app.router.redirect_slashes = False  # /decide/ is 404 not_found, never a redirect
-    # What the server (shim/server.py) and the tests reach through the app: the connections' limits in the settings,
-    # the drain it begins on SIGTERM, the watch.
-    app.state.settings = settings
-    app.state.watch = watch
-    app.state.drain = drain
-    return app
+    return Service(app, settings, drain, watch)
 
 
 MCP_PATH = "/mcp"

@@ -31,7 +31,7 @@ import uuid
 import weakref
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httptools
 import uvicorn
@@ -44,6 +44,9 @@ from .edge.framing import closing
 from .errors import HEADERS_TOO_LARGE, RETRY_AFTER_SECONDS, TOO_MANY_CONNECTIONS, PublicError, envelope
 from .health import HEALTH_PATH
 from .settings import ShimSettings
+
+if TYPE_CHECKING:
+    from .app import Service
 
 KEEP_ALIVE_SECONDS = 5  # idle time allowed between requests on one connection (uvicorn's timeout_keep_alive)
 MAX_HEADER_BYTES = 64 * 1024  # one request's line and headers together
@@ -329,13 +332,13 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
 
-def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uvicorn.Config:
+def config(app: Any, host: str, port: int, log_config: dict | None = None,
+           limits: ConnectionLimits | None = None) -> uvicorn.Config:
     """uvicorn's access log is off: it would record query strings (a token pasted into a URL among them); the shim
-    writes its own access line (shim/edge/access.py), with the route and never the query. The connections' limits are
-    the app's settings' (ConnectionLimits.of)."""
+    writes its own access line (shim/edge/access.py), with the route and never the query. limits: the connections'
+    limits, from the shim's settings (ConnectionLimits.of); the defaults when None."""
     logging = {} if log_config is None else {"log_config": log_config}
-    settings = getattr(getattr(app, "state", None), "settings", None)
-    limits = ConnectionLimits.of(settings) if isinstance(settings, ShimSettings) else ConnectionLimits()
+    limits = limits if limits is not None else ConnectionLimits()
     return uvicorn.Config(app, host=host, port=port, workers=1, log_level="info",
                           http=functools.partial(BoundedHeadersProtocol, limits=limits),  # type: ignore[arg-type]
                           timeout_keep_alive=KEEP_ALIVE_SECONDS, access_log=False, **logging)
@@ -366,6 +369,7 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def run(app: Any, host: str, port: int, log_config: dict | None = None) -> None:
-    drain = getattr(getattr(app, "state", None), "drain", None)
-    DrainingServer(config(app, host, port, log_config), drain).run()
+def run(service: Service, host: str, port: int, log_config: dict | None = None) -> None:
+    """The service's app under uvicorn, its connections bounded by its settings, its drain begun on SIGTERM."""
+    limits = ConnectionLimits.of(service.settings)
+    DrainingServer(config(service.app, host, port, log_config, limits), service.drain).run()

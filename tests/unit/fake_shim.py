@@ -7,7 +7,7 @@ import asyncio
 import os
 
 from shim import server
-from shim.app import create_app
+from shim.app import build_service
 from shim.settings import ShimSettings
 
 from .fake_model import FakeModel
@@ -27,8 +27,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    app = create_app(ShimSettings.from_env(os.environ), SlowModel(float(os.environ.get("FAKE_CALL_SECONDS", "0"))))
-    server.run(app, "127.0.0.1", args.port)
+    service = build_service(ShimSettings.from_env(os.environ),
+                            SlowModel(float(os.environ.get("FAKE_CALL_SECONDS", "0"))))
+    server.run(service, "127.0.0.1", args.port)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,20 @@ def test_the_port_tells_what_happened_and_builds_no_http():
                           if isinstance(key, ast.Constant) and key.value in ("Retry-After", "Connection")]
     assert found == []
 
+
+def test_the_app_hands_over_what_the_server_needs_explicitly():
+    """No `app.state` and no getattr chain: the settings and the drain travel in shim.app.Service."""
+    found = []
+    for path in (ROOT / "shim").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "state" and isinstance(node.value, ast.Name) \
+                    and node.value.id == "app":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: app.state")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+                    and any(isinstance(arg, ast.Call) and getattr(arg.func, "id", None) == "getattr" for arg in node.args):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: getattr(getattr(...))")
+    assert found == []
+
 @pytest.mark.parametrize("top", ["shim", "intern_decision_model", "wire", "gpucheck", "acceptance", "devstack"])
 def test_no_imports_in_a_cycle(top):
     modules = graph(top)

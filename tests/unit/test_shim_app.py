@@ -10,7 +10,7 @@ import math
 import httpx
 import pytest
 
-from shim.app import create_app
+from shim.app import build_service, create_app
 from shim.errors import Failure, ModelFailure
 from shim.health import CHUNKING
 
@@ -409,7 +409,8 @@ async def test_a_502_says_fixed_words_and_logs_the_detail(client, model, caplog,
 async def test_one_callers_failure_text_never_reaches_another_caller(model, caplog):
     """The first caller's inference fails with a text of its own; the model is then down, and the next caller is
     refused at once: in fixed words, the first caller's text in the log only."""
-    app = create_app(make_settings(probe_seconds="3600"), model)
+    service = build_service(make_settings(probe_seconds="3600"), model)
+    app = service.app
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
         model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: the first caller's own words")
         with caplog.at_level(logging.WARNING):
@@ -418,7 +419,7 @@ async def test_one_callers_failure_text_never_reaches_another_caller(model, capl
             second = await client.post("/decide", json=decide_body(), headers=AUTH)
             health = await client.get("/health")
     assert first.status_code == second.status_code == 502 and health.status_code == 503
-    assert app.state.watch.down is not None  # the second was refused by the watch, not by Triton
+    assert service.watch.down is not None  # the second was refused by the watch, not by Triton
     for answer in (first, second, health):
         assert "first caller" not in answer.text
     assert second.json()["error"]["message"] == "triton answered an error"

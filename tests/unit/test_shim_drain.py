@@ -16,7 +16,7 @@ import pytest
 
 from devstack.process import free_port
 
-from shim.app import create_app
+from shim.app import build_service, create_app
 from shim.drain import Drain
 from shim.server import DrainingServer, config
 
@@ -51,15 +51,15 @@ def test_a_drain_refuses_after_its_announcement_and_is_done_when_nothing_admitte
 @pytest.fixture
 def draining_app():
     model = FakeModel(base={"approve": 1.0})
-    app = create_app(make_settings(drain_seconds="0.2"), model)
-    return app, model
+    return build_service(make_settings(drain_seconds="0.2"), model), model
 
 
 async def test_health_is_503_draining_at_once(draining_app):
-    app, _ = draining_app
+    service, _ = draining_app
+    app = service.app
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
         assert (await client.get("/health")).status_code == 200
-        app.state.drain.begin()
+        service.drain.begin()
         health = await client.get("/health")
     assert health.status_code == 503
     assert health.json() == {"status": "draining",
@@ -67,9 +67,10 @@ async def test_health_is_503_draining_at_once(draining_app):
 
 
 async def test_posts_are_admitted_during_the_announcement_then_refused_with_retry_after(draining_app):
-    app, model = draining_app
+    service, model = draining_app
+    app = service.app
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
-        app.state.drain.begin()
+        service.drain.begin()
         admitted = await client.post("/decide", json=decide_body(), headers=AUTH)
         assert admitted.status_code == 200
         await asyncio.sleep(0.25)
@@ -83,9 +84,10 @@ async def test_posts_are_admitted_during_the_announcement_then_refused_with_retr
 
 
 async def test_a_request_admitted_before_the_drain_finishes_and_then_the_drain_is_done(draining_app):
-    app, model = draining_app
+    service, model = draining_app
+    app = service.app
     model.gate = asyncio.Event()
-    drain = app.state.drain
+    drain = service.drain
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
         scoring = asyncio.create_task(client.post("/decide", json=decide_body(), headers=AUTH))
         while not model.calls:
@@ -99,19 +101,19 @@ async def test_a_request_admitted_before_the_drain_finishes_and_then_the_drain_i
 
 
 def test_the_first_sigterm_drains_and_a_second_one_is_uvicorns():
-    app = create_app(make_settings(), FakeModel())
-    server = DrainingServer(config(app, "127.0.0.1", 0), app.state.drain)
+    service = build_service(make_settings(), FakeModel())
+    server = DrainingServer(config(service.app, "127.0.0.1", 0), service.drain)
     server.handle_exit(signal.SIGTERM, None)
-    assert app.state.drain.draining and not server.should_exit
+    assert service.drain.draining and not server.should_exit
     server.handle_exit(signal.SIGTERM, None)
     assert server.should_exit
 
 
 def test_sigint_is_uvicorns_own_at_once():
-    app = create_app(make_settings(), FakeModel())
-    server = DrainingServer(config(app, "127.0.0.1", 0), app.state.drain)
+    service = build_service(make_settings(), FakeModel())
+    server = DrainingServer(config(service.app, "127.0.0.1", 0), service.drain)
     server.handle_exit(signal.SIGINT, None)
-    assert server.should_exit and not app.state.drain.draining
+    assert server.should_exit and not service.drain.draining
 
 
 async def test_the_server_exits_once_the_drain_is_done():

@@ -15,7 +15,7 @@ from starlette.datastructures import Headers
 
 from wire import strict_json
 
-from shim.app import create_app
+from shim.app import build_service, create_app
 from shim.edge.admission import Admission
 from shim.edge.auth import BearerAuth
 from shim.edge.body import BodyReader, KnownEncoding, declared_length
@@ -85,12 +85,12 @@ class Edge:
     around `app`; in_progress is the admitted requests' count."""
 
     def __init__(self, app, max_queue: int, max_body: int, body_timeout: float, max_decode_ratio: int = 200):
-        built = create_app(make_settings(max_queue=str(max_queue), max_body_bytes=str(max_body),
-                                         body_timeout_seconds=f"{body_timeout:g}",
-                                         max_decode_ratio=str(max_decode_ratio)), FakeModel())
-        self._drain = built.state.drain
+        built = build_service(make_settings(max_queue=str(max_queue), max_body_bytes=str(max_body),
+                                            body_timeout_seconds=f"{body_timeout:g}",
+                                            max_decode_ratio=str(max_decode_ratio)), FakeModel())
+        self._drain = built.drain
         self._stack = app
-        for middleware in reversed(built.user_middleware):
+        for middleware in reversed(built.app.user_middleware):
             self._stack = middleware.cls(self._stack, *middleware.args, **middleware.kwargs)
 
     async def __call__(self, scope, receive, send):

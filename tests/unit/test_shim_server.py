@@ -33,7 +33,8 @@ def serving(**env: str):
     port = free_port()
     settings = ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
                                       **{f"INTERN_DECISION_{name}": value for name, value in env.items()}})
-    config = server.config(create_app(settings, FakeModel()), "127.0.0.1", port)
+    config = server.config(create_app(settings, FakeModel()), "127.0.0.1", port,
+                           limits=server.ConnectionLimits.of(settings))
     assert config.access_log is False and config.timeout_keep_alive == server.KEEP_ALIVE_SECONDS
     instance = uvicorn.Server(config)
     thread = threading.Thread(target=instance.run, daemon=True)

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from shim.app import create_app
+from shim.app import build_service, create_app
 from shim.errors import ApiError, Failure, ModelFailure
 from shim.metrics import ShimMetrics
 from shim.port.model import Probe
@@ -112,7 +112,8 @@ async def test_idle_pings_are_periodic_and_skipped_while_an_inference_holds_the_
 async def test_health_is_503_at_once_after_tritons_own_failure_and_200_once_the_model_answers_again():
     model = FakeModel(base={"approve": 1.0})
     model.probes = [Probe(True), Probe(False, STUB_DEAD, triton_answered=True), Probe(False, UNREACHABLE)]
-    app = create_app(make_settings(probe_seconds="60"), model)
+    service = build_service(make_settings(probe_seconds="60"), model)
+    app = service.app
     async with app.router.lifespan_context(app), \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
         await until(lambda: model.pings == 1)
@@ -127,7 +128,7 @@ async def test_health_is_503_at_once_after_tritons_own_failure_and_200_once_the_
         assert health.json()["error"]["message"] in ("triton answered an error", "model not answering")
         assert "Stub" not in health.text
         await until(lambda: model.pings == 4, timeout=10)  # a ping a second while down
-        await until(lambda: app.state.watch.down is None)
+        await until(lambda: service.watch.down is None)
         assert (await client.get("/health")).status_code == 200
         assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 200
 
@@ -136,7 +137,8 @@ async def test_while_down_posts_are_refused_uncounted_as_triton_errors_and_model
     model = FakeModel(base={"approve": 1.0})
     model.probes = [Probe(True)] + [Probe(False, UNREACHABLE)] * 1000
     metrics = ShimMetrics()
-    app = create_app(make_settings(probe_seconds="60"), model, metrics)
+    service = build_service(make_settings(probe_seconds="60"), model, metrics)
+    app = service.app
     errors = lambda: metrics.registry.get_sample_value(  # noqa: E731
         "intern_decision_shim_triton_errors_total", {"kind": "model_unavailable"}) or 0.0
     async with app.router.lifespan_context(app), \
@@ -145,7 +147,7 @@ async def test_while_down_posts_are_refused_uncounted_as_triton_errors_and_model
         model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: Stub process is not healthy.")
         assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 502
         assert errors() == 1
-        await until(lambda: app.state.watch.down == UNREACHABLE)
+        await until(lambda: service.watch.down == UNREACHABLE)
         refused = await client.post("/decide", json=decide_body(), headers=AUTH)
         assert refused.status_code == 502
         assert refused.json()["error"]["message"] == "triton unreachable"
@@ -195,11 +197,12 @@ async def test_health_says_no_address_nor_exception_text_when_triton_is_unreacha
     triton, metrics = free_ports(2)
     settings = make_settings(triton_url=f"127.0.0.1:{triton}", triton_metrics_url=f"http://127.0.0.1:{metrics}/metrics",
                              probe_seconds="60", health_timeout_seconds="1")
-    app = create_app(settings)  # the real Triton adapter, nothing listening
+    service = build_service(settings)  # the real Triton adapter, nothing listening
+    app = service.app
     with caplog.at_level(logging.WARNING, logger="intern_decision.shim"):
         async with app.router.lifespan_context(app), \
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
-            await until(lambda: app.state.watch.down is not None)
+            await until(lambda: service.watch.down is not None)
             health = await client.get("/health")
     assert health.status_code == 503 and health.json()["status"] == "unavailable"
     message = health.json()["error"]["message"]
