@@ -27,7 +27,8 @@ port/       the model as both surfaces use it: model (the Protocol and a ping's 
             the drain stops the queue), triton and http1 (Triton over our own HTTP/1.1
             connections), watch (the model's liveness: pings, and reloads when its process died)
 errors      the error envelope, the public errors, the one 422 type (UnprocessableRequest), the one failure
-            type of a call (Failure on wire.Kind)                                                       (pure)
+            type of a call (Failure on wire.Kind), why the model is unusable (Problem: public words, private
+            detail, both set where it arises)                                                           (pure)
 drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
 client_gone a request whose client went away is not scored (the watched channel, ClientGone), 499
 context     the request's id and usage, in ContextVars the middleware, the logs and the services share

@@ -4,7 +4,7 @@ A failure is classified once, where it happens (the Triton adapter, the answer's
 built on the wire protocol's `Kind`; the watch, the metrics and the HTTP answer read that one value.
 
 Why the model cannot be used is told to callers (a 502, /health's reason, an MCP tool error) in a few fixed words
-(public_reason), never in the shim's detail, which may carry Triton's own text, an exception's or an address, and
+(Problem.public, chosen where the problem arises), never in the shim's detail, which may carry Triton's own text, an exception's or an address, and
 which may come from another caller's request: the detail goes to the log only.
 """
 from __future__ import annotations
@@ -44,7 +44,8 @@ UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding"
 RETRY_AFTER_SECONDS = 1
 
 
-# The words a caller is told about the model, by how the shim's detail starts; anything else is MODEL_UNAVAILABLE.
+# The words a caller is told about the model (a 502's message, /health's reason, an MCP tool error), chosen where the
+# problem arises.
 TRITON_UNREACHABLE = "triton unreachable"
 TRITON_NOT_READY = "triton not ready"
 TRITON_ERROR = "triton answered an error"
@@ -52,20 +53,14 @@ MODEL_NOT_READY = "model not ready"
 MODEL_NOT_ANSWERING = "model not answering"
 MODEL_FACTS_UNAVAILABLE = "model facts unavailable"
 MODEL_UNAVAILABLE = "model unavailable"
-_REASON_WORDS = (("Triton did not answer", TRITON_UNREACHABLE), ("Triton is not ready", TRITON_NOT_READY),
-                 ("Triton answered", TRITON_ERROR), ("Triton's metrics", MODEL_FACTS_UNAVAILABLE),
-                 ("the model's ", MODEL_FACTS_UNAVAILABLE), ("the model has not published", MODEL_FACTS_UNAVAILABLE),
-                 ("the model did not answer a ping", MODEL_NOT_ANSWERING),
-                 ("the model does not answer a ping", MODEL_NOT_ANSWERING), ("the model '", MODEL_NOT_READY))
-# What the watch says while it checks the model after a failed inference (shim/port/watch.py): the failure follows.
-INFERENCE_FAILED = "an inference failed ("
 
 
-def public_reason(detail: str) -> str:
-    """The fixed words for why the model cannot be used, chosen by how the shim's `detail` starts."""
-    if detail.startswith(INFERENCE_FAILED):
-        detail = detail[len(INFERENCE_FAILED):]
-    return next((words for start, words in _REASON_WORDS if detail.startswith(start)), MODEL_UNAVAILABLE)
+class Problem(NamedTuple):
+    """Why the model cannot be used, said twice where it arises: `public`, one of the fixed words above, for callers;
+    `detail`, which may carry Triton's own text, an exception's or an address, for the log only."""
+
+    public: str
+    detail: str
 
 
 class ApiError(Exception):
@@ -126,18 +121,21 @@ class Failure(enum.Enum):
 
 class ModelFailure(ApiError):
     """call: the failed call's index within its inference request, when the model named it. reason: what a caller
-    of a model_unavailable failure is told, the fixed words of its detail (given when the message was reworded)."""
+    of a model_unavailable failure is told, in fixed words (by default those of its kind of failure)."""
 
     def __init__(self, failure: Failure, message: str, call: int | None = None,
                  headers: dict[str, str] | None = None, detail: list[dict] | None = None, reason: str | None = None):
         super().__init__(failure.error.status, failure.error.code, message, headers, detail)
         self.failure = failure
         self.call = call
-        self.reason = reason if reason is not None else public_reason(message)
+        self.reason = reason if reason is not None else _PUBLIC_WORDS.get(failure, MODEL_UNAVAILABLE)
 
     @property
     def public_message(self) -> str:
         return self.reason if self.failure.error is UNAVAILABLE else self.message
+
+
+_PUBLIC_WORDS = {Failure.TRANSPORT: TRITON_UNREACHABLE}
 
 
 class IncompleteAnswer(ModelFailure):
@@ -160,12 +158,13 @@ def from_triton(status: int | str | None, message: str) -> ModelFailure:
     """The model's own error (its kind fails the whole request), or model_unavailable for Triton's own."""
     error = parse_error(status, message)
     if error is None:
-        return ModelFailure(Failure.TRITON, f"Triton answered {status or 'without a status'}: {message}")
+        return ModelFailure(Failure.TRITON, f"Triton answered {status or 'without a status'}: {message}",
+                            reason=TRITON_ERROR)
     return ModelFailure(Failure.of(error.kind), error.detail, error.call)
 
 
-def model_unavailable(message: str) -> ModelFailure:
-    return ModelFailure(Failure.TRITON, message)
+def model_unavailable(message: str, reason: str = MODEL_UNAVAILABLE) -> ModelFailure:
+    return ModelFailure(Failure.TRITON, message, reason=reason)
 
 
 def unreachable(message: str) -> ModelFailure:

@@ -6,8 +6,9 @@ two and costs Triton nothing of its own: the watch's verdict first (503 at once)
 an app run without its lifespan, so without the loop (the unit tests' ASGI transport), checks when asked, one check
 at a time however many callers ask.
 
-/health is open, so what it says is public: its reason is one of a few fixed words (shim/errors.py, public_reason:
-"triton unreachable", "model not ready", ...), never Triton's own text, an exception's or an address. The details go
+/health is open, so what it says is public: its reason is one of a few fixed words (shim/errors.py, Problem.public,
+chosen where the problem arose: "triton unreachable", "model not ready", ...), never Triton's own text, an
+exception's or an address. The details go
 to the log, and the verdict to intern_decision_shim_model_up.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from starlette.routing import Route
 from wire.facts import ModelFacts
 
 from .drain import Drain
-from .errors import DRAINING, UNAVAILABLE, ApiError, envelope, public_reason
+from .errors import DRAINING, MODEL_UNAVAILABLE, UNAVAILABLE, ApiError, ModelFailure, Problem, envelope
 from .metrics import ShimMetrics
 from .port.chunking import MAX_QUESTIONS_PER_CALL
 from .port.facts import FactsCache
@@ -42,7 +43,7 @@ MODEL_CHECK_SECONDS = 5.0  # how often Triton's readiness and the facts are read
 
 
 class Verdict(NamedTuple):
-    reason: str | None  # why the model is not usable, in full; None when it is
+    problem: Problem | None  # why the model is not usable; None when it is
     facts: ModelFacts | None  # the model's facts, when it is usable
 
 
@@ -56,13 +57,13 @@ class HealthCheck:
         self._kept = False  # whether keep_checking runs
 
     async def current(self) -> Verdict:
-        """What /health says, the reason in public words; sets model_up. No call to Triton of its own while
+        """What /health says (its problem's public words); sets model_up. No call to Triton of its own while
         keep_checking runs and has checked once."""
         if self._watch.down is None and not (self._kept and self._last is not None):
             await self.check()
         verdict = self._last if self._watch.down is None else Verdict(self._watch.down, None)
-        self._metrics.model_up.set(verdict.reason is None)
-        return verdict if verdict.reason is None else Verdict(public_reason(verdict.reason), None)
+        self._metrics.model_up.set(verdict.problem is None)
+        return verdict
 
     async def check(self) -> Verdict:
         """Reads Triton's readiness and the facts now; callers that ask while a check runs share it."""
@@ -76,20 +77,20 @@ class HealthCheck:
             self._checking = None
 
     async def _read(self) -> Verdict:
-        reason, facts = await self._watch.triton_ready(), None
-        if reason is None:
+        problem, facts = await self._watch.triton_ready(), None
+        if problem is None:
             try:
                 facts = await self.facts.get()
             except ApiError as exc:
-                reason = exc.message
-        if reason is not None:
+                problem = Problem(exc.reason if isinstance(exc, ModelFailure) else MODEL_UNAVAILABLE, exc.message)
+        if problem is not None:
             self.facts.clear()  # a restarted model may bring other pins
-        previous, self._last = self._last, Verdict(reason, facts)
-        if reason is not None and (previous is None or previous.reason != reason):
-            log.warning("the health check finds the model not usable: %s", reason)
-        elif reason is None and previous is not None and previous.reason is not None:
+        previous, self._last = self._last, Verdict(problem, facts)
+        if problem is not None and (previous is None or previous.problem != problem):
+            log.warning("the health check finds the model not usable: %s", problem.detail)
+        elif problem is None and previous is not None and previous.problem is not None:
             log.warning("the health check finds the model usable again")
-        self._metrics.model_up.set(reason is None and self._watch.down is None)
+        self._metrics.model_up.set(problem is None and self._watch.down is None)
         return self._last
 
     async def keep_checking(self) -> None:
@@ -129,8 +130,8 @@ def health_route(settings: ShimSettings, check: "HealthCheck", drain: Drain) -> 
             return JSONResponse({"status": "draining", **envelope(DRAINING.code, "this replica is shutting down")},
                                 status_code=DRAINING.status)
         verdict = await check.current()
-        if verdict.reason is not None:
-            body = {"status": "unavailable", **envelope(UNAVAILABLE.code, verdict.reason)}
+        if verdict.problem is not None:
+            body = {"status": "unavailable", **envelope(UNAVAILABLE.code, verdict.problem.public)}
             return JSONResponse(body, status_code=503)
         return JSONResponse(health_body(settings, verdict.facts))
 

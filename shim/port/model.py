@@ -8,6 +8,8 @@ from typing import Protocol
 from wire.answer import CallAnswer
 from wire.facts import ModelFacts
 
+from ..errors import Problem
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -15,7 +17,7 @@ class Probe:
     Triton) is what fails, and only a restart of tritonserver heals it."""
 
     ok: bool
-    reason: str = ""
+    problem: Problem | None = None  # why not, when not ok
     triton_answered: bool = False
 
 
@@ -27,7 +29,7 @@ class Model(Protocol):
     async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
         """The calls' answers in order, from one inference request; ModelFailure for the first call that fails."""
 
-    async def ready(self) -> str | None:
+    async def ready(self) -> Problem | None:
         """None when the model can take a request, else why not."""
 
     async def ping(self) -> Probe: ...

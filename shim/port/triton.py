@@ -21,7 +21,8 @@ from wire.env import host_port
 from wire.facts import INFO_METRIC, ModelFacts
 from wire.protocol import DATATYPE, REQUEST, RESPONSE
 
-from ..errors import IncompleteAnswer, from_triton, model_unavailable, unreachable
+from ..errors import (MODEL_FACTS_UNAVAILABLE, MODEL_NOT_ANSWERING, MODEL_NOT_READY, TRITON_NOT_READY, TRITON_UNREACHABLE,
+                      IncompleteAnswer, ModelFailure, Problem, from_triton, model_unavailable, unreachable)
 from ..settings import ShimSettings
 from .http1 import Http1Connection
 from .model import Probe
@@ -87,19 +88,19 @@ class TritonModel:
             raise IncompleteAnswer(f"the model answered {len(raws)} calls of {len(requests)}")
         return [read_answer(raw, call) for call, raw in enumerate(raws)]
 
-    async def ready(self) -> str | None:
+    async def ready(self) -> Problem | None:
         """None when Triton and the model are ready, else why not."""
         timeout = self._settings.health_timeout_seconds
         try:
             server = await self._health.request("GET", "/v2/health/ready", timeout, headers=JSON_HEADERS)
             if server.status != 200:
-                return "Triton is not ready"
+                return Problem(TRITON_NOT_READY, "Triton is not ready")
             model = await self._health.request("GET", f"/v2/models/{self._settings.model_name}/ready", timeout,
                                                headers=JSON_HEADERS)
             if model.status != 200:
-                return f"the model {self._settings.model_name!r} is not ready"
+                return Problem(MODEL_NOT_READY, f"the model {self._settings.model_name!r} is not ready")
         except TRANSPORT_ERRORS as exc:
-            return f"Triton did not answer: {type(exc).__name__}: {exc}"
+            return Problem(TRITON_UNREACHABLE, f"Triton did not answer: {type(exc).__name__}: {exc}")
         return None
 
     async def ping(self) -> Probe:
@@ -109,29 +110,34 @@ class TritonModel:
             response = await self._control.request("POST", self._infer_path, timeout, ping.BODY,
                                                    ping.headers(self._settings.triton_api_key))
         except TimeoutError:
-            return Probe(False, f"the model did not answer a ping within {timeout:g} s")
+            return Probe(False, Problem(MODEL_NOT_ANSWERING, f"the model did not answer a ping within {timeout:g} s"))
         except TRANSPORT_ERRORS as exc:
-            return Probe(False, f"Triton did not answer: {type(exc).__name__}: {exc}")
+            return Probe(False, Problem(TRITON_UNREACHABLE, f"Triton did not answer: {type(exc).__name__}: {exc}"))
         problem = ping.pong_error(response.status, response.body)
         if problem is None:
             return Probe(True)
-        return Probe(False, f"the model does not answer a ping: {problem}", triton_answered=True)
+        return Probe(False, Problem(MODEL_NOT_ANSWERING, f"the model does not answer a ping: {problem}"),
+                     triton_answered=True)
 
     async def facts(self) -> ModelFacts:
         try:
             response = await self._metrics.request("GET", self._metrics_target,
                                                     self._settings.health_timeout_seconds)
         except TRANSPORT_ERRORS as exc:
-            raise model_unavailable(f"Triton's metrics did not answer: {type(exc).__name__}: {exc}") from None
+            raise facts_unavailable(f"Triton's metrics did not answer: {type(exc).__name__}: {exc}") from None
         if response.status != 200:
-            raise model_unavailable(f"Triton's metrics answered {response.status}")
+            raise facts_unavailable(f"Triton's metrics answered {response.status}")
         try:
             facts = facts_from_metrics(response.body.decode("utf-8"), self._settings.model_name)
         except (ValueError, KeyError) as exc:
-            raise model_unavailable(f"the model's {INFO_METRIC} cannot be read: {type(exc).__name__}: {exc}") from None
+            raise facts_unavailable(f"the model's {INFO_METRIC} cannot be read: {type(exc).__name__}: {exc}") from None
         if facts is None:
-            raise model_unavailable(f"the model has not published {INFO_METRIC} yet")
+            raise facts_unavailable(f"the model has not published {INFO_METRIC} yet")
         return facts
+
+
+def facts_unavailable(message: str) -> ModelFailure:
+    return model_unavailable(message, MODEL_FACTS_UNAVAILABLE)
 
 
 def read_answer(raw: bytes, call: int) -> CallAnswer:

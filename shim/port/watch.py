@@ -22,7 +22,7 @@ import logging
 from wire.answer import CallAnswer
 from wire.facts import ModelFacts
 
-from ..errors import INFERENCE_FAILED, Failure, ModelFailure
+from ..errors import Failure, ModelFailure, Problem
 from .model import Model, Probe
 
 log = logging.getLogger("intern_decision.shim.watch")
@@ -43,23 +43,23 @@ class ModelWatch:
         self._retry_seconds = retry_seconds
         self._wake = asyncio.Event()
         self._wake.set()  # the first ping at once
-        self.down: str | None = None
+        self.down: Problem | None = None
 
     async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
         if self.down is not None:
-            raise ModelFailure(Failure.DOWN, self.down)
+            raise ModelFailure(Failure.DOWN, self.down.detail, reason=self.down.public)
         try:
             return await self._model.predict_calls(requests, request_id)
         except ModelFailure as exc:
             if exc.failure.marks_down:
-                self._mark_down(f"{INFERENCE_FAILED}{exc.message}); checking the model")
+                self._mark_down(Problem(exc.reason, f"an inference failed ({exc.message}); checking the model"))
                 self._wake.set()
             raise
 
-    async def ready(self) -> str | None:
+    async def ready(self) -> Problem | None:
         return self.down or await self._model.ready()
 
-    async def triton_ready(self) -> str | None:
+    async def triton_ready(self) -> Problem | None:
         """Triton's own readiness of the model, whatever the watch knows (the health check adds `down` itself)."""
         return await self._model.ready()
 
@@ -101,14 +101,14 @@ class ModelWatch:
         if probe.ok:
             self._mark_up()
         elif probe.triton_answered:
-            self._mark_down(f"{probe.reason}; {RESTART_HINT}")
+            self._mark_down(Problem(probe.problem.public, f"{probe.problem.detail}; {RESTART_HINT}"))
         else:
-            self._mark_down(probe.reason)
+            self._mark_down(probe.problem)
 
-    def _mark_down(self, reason: str, level: int = logging.WARNING) -> None:
-        if reason != self.down:
-            log.log(level, "the model is down: %s", reason)
-        self.down = reason
+    def _mark_down(self, problem: Problem, level: int = logging.WARNING) -> None:
+        if problem != self.down:
+            log.log(level, "the model is down: %s", problem.detail)
+        self.down = problem
 
     def _mark_up(self) -> None:
         if self.down is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 
+from shim.errors import Problem
 from shim.port.model import Probe
 from shim.port.triton import read_answer
 from wire import strict_json
@@ -41,7 +42,7 @@ class FakeModel:
         self.gate: asyncio.Event | None = None  # when set, predict waits for it
         self.active = 0
         self.max_active = 0
-        self.is_ready: str | None = None
+        self.is_ready: Problem | None = None
         self.opened = False
         self.probes: list[Probe] = []  # what the next pings answer, in order; then Probe(True)
         self.pings = 0
@@ -106,7 +107,7 @@ class FakeModel:
         finally:
             self.active -= 1
 
-    async def ready(self) -> str | None:
+    async def ready(self) -> Problem | None:
         return self.is_ready
 
     async def ping(self) -> Probe:

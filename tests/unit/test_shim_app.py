@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from shim.app import build_service, create_app
-from shim.errors import Failure, ModelFailure
+from shim.errors import MODEL_NOT_READY, Failure, ModelFailure, Problem, from_triton, unreachable
 from shim.health import CHUNKING
 
 from .fake_model import CALIBRATION, FACTS, FakeModel
@@ -59,7 +59,7 @@ async def test_health_needs_no_auth_and_reports_the_model_and_limits(client):
 
 
 async def test_health_is_503_in_the_envelope_when_the_model_is_not_ready(client, model):
-    model.is_ready = "the model 'intern_decision' is not ready"
+    model.is_ready = Problem(MODEL_NOT_READY, "the model 'intern_decision' is not ready")
     response = await client.get("/health")
     assert response.status_code == 503
     assert response.json() == {"status": "unavailable", "error": {
@@ -392,13 +392,13 @@ async def test_engine_failures_keep_their_status_and_code(client, model, error, 
 
 
 @pytest.mark.parametrize("failure, detail, words", [
-    (Failure.TRANSPORT, "Triton did not answer: OSError: [Errno 111] Connect call failed ('10.1.2.3', 8000)",
+    (unreachable, "Triton did not answer: OSError: [Errno 111] Connect call failed ('10.1.2.3', 8000)",
      "triton unreachable"),
-    (Failure.TRITON, "Triton answered 500: Stub process 'intern_decision_0_0' is not healthy.",
+    (lambda detail: from_triton(500, detail), "Stub process 'intern_decision_0_0' is not healthy.",
      "triton answered an error"),
 ])
 async def test_a_502_says_fixed_words_and_logs_the_detail(client, model, caplog, failure, detail, words):
-    model.fail_with = ModelFailure(failure, detail)
+    model.fail_with = failure(detail)
     with caplog.at_level(logging.WARNING, logger="intern_decision.shim"):
         response = await client.post("/decide", json=decide_body(), headers=AUTH)
     assert response.status_code == 502
@@ -412,7 +412,7 @@ async def test_one_callers_failure_text_never_reaches_another_caller(model, capl
     service = build_service(make_settings(probe_seconds="3600"), model)
     app = service.app
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
-        model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: the first caller's own words")
+        model.fail_with = from_triton(500, "the first caller's own words")
         with caplog.at_level(logging.WARNING):
             first = await client.post("/decide", json=decide_body(), headers=AUTH)
             model.fail_with = None

@@ -19,7 +19,7 @@ from shim import health as shim_health
 from shim import logs
 from shim.context import request_id
 from shim.app import create_app
-from shim.errors import Failure, IncompleteAnswer, ModelFailure, unreachable
+from shim.errors import MODEL_NOT_READY, TRITON_NOT_READY, Failure, IncompleteAnswer, ModelFailure, Problem, unreachable
 from shim.metrics import TRITON_ERROR_KINDS, ShimMetrics, listen_address, route_of
 
 from .fake_model import FakeModel
@@ -136,7 +136,7 @@ async def test_triton_errors_are_counted_by_kind(client, model, metrics, error, 
 async def test_health_sets_model_up(client, model, metrics):
     await client.get("/health")
     assert sample(metrics, "intern_decision_shim_model_up") == 1
-    model.is_ready = "Triton is not ready"
+    model.is_ready = Problem(TRITON_NOT_READY, "Triton is not ready")
     assert (await client.get("/health")).status_code == 503
     assert sample(metrics, "intern_decision_shim_model_up") == 0
 
@@ -147,7 +147,7 @@ async def test_model_up_is_refreshed_in_the_background_without_health_calls(mode
     async with app.router.lifespan_context(app):
         await asyncio.sleep(0.05)
         assert sample(metrics, "intern_decision_shim_model_up") == 1
-        model.is_ready = "the model 'intern_decision' is not ready"
+        model.is_ready = Problem(MODEL_NOT_READY, "the model 'intern_decision' is not ready")
         await asyncio.sleep(0.05)
         assert sample(metrics, "intern_decision_shim_model_up") == 0
         model.is_ready = None

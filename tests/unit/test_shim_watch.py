@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from shim.app import build_service, create_app
-from shim.errors import ApiError, Failure, ModelFailure
+from shim.errors import (MODEL_NOT_ANSWERING, TRITON_ERROR, TRITON_UNREACHABLE, ApiError, Failure, ModelFailure,
+                         Problem, from_triton, model_unavailable, unreachable)
 from shim.metrics import ShimMetrics
 from shim.port.model import Probe
 from shim.port.watch import RESTART_HINT, ModelWatch
@@ -40,15 +41,15 @@ async def test_the_first_step_pings_at_once_and_an_answer_keeps_the_model_up():
 async def test_tritons_own_failure_marks_the_model_down_at_once_and_later_requests_never_reach_it():
     model = FakeModel()
     watch = watch_over(model)
-    model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: Stub process 'x' is not healthy.")
+    model.fail_with = from_triton(500, "Stub process 'x' is not healthy.")
     with pytest.raises(ApiError):
         await watch.predict_calls(REQUEST, "r1")
-    assert watch.down == ("an inference failed (Triton answered 500: Stub process 'x' is not healthy.); "
-                          "checking the model")
+    assert watch.down == Problem(TRITON_ERROR, "an inference failed (Triton answered 500: Stub process 'x' is not "
+                                               "healthy.); checking the model")
     model.fail_with = None
     with pytest.raises(ApiError) as refused:
         await watch.predict_calls(REQUEST, "r2")
-    assert (refused.value.status, refused.value.code, refused.value.message) == (502, "model_unavailable", watch.down)
+    assert (refused.value.status, refused.value.code, refused.value.message) == (502, "model_unavailable", watch.down.detail)
     assert model.request_ids == ["r1"]
     await watch.step()  # woken by the failure: the ping answers
     assert watch.down is None
@@ -69,14 +70,14 @@ async def test_the_models_own_errors_leave_it_up(error):
 async def test_a_ping_triton_answers_with_an_error_keeps_the_model_down_until_a_restarted_triton_answers(caplog):
     model = FakeModel()
     watch = watch_over(model, retry_seconds=0.01)
-    dead = Probe(False, STUB_DEAD, triton_answered=True)
-    model.probes = [dead, dead, Probe(False, UNREACHABLE), Probe(True)]
+    dead = Probe(False, Problem(MODEL_NOT_ANSWERING, STUB_DEAD), triton_answered=True)
+    model.probes = [dead, dead, Probe(False, Problem(TRITON_UNREACHABLE, UNREACHABLE)), Probe(True)]
     with caplog.at_level(logging.WARNING, logger="intern_decision.shim.watch"):
         await watch.step()
-        assert watch.down == f"{STUB_DEAD}; {RESTART_HINT}"
+        assert watch.down == Problem(MODEL_NOT_ANSWERING, f"{STUB_DEAD}; {RESTART_HINT}")
         await watch.step()  # the same reason again: logged once
         await watch.step()  # tritonserver is being restarted
-        assert watch.down == UNREACHABLE
+        assert watch.down == Problem(TRITON_UNREACHABLE, UNREACHABLE)
         await watch.step()  # the new one loaded the model
     assert watch.down is None
     logged = [record.getMessage() for record in caplog.records]
@@ -87,10 +88,10 @@ async def test_a_ping_triton_answers_with_an_error_keeps_the_model_down_until_a_
 async def test_a_triton_that_does_not_answer_is_waited_for():
     model = FakeModel()
     watch = watch_over(model, retry_seconds=0.01)
-    model.probes = [Probe(False, UNREACHABLE)] * 3
+    model.probes = [Probe(False, Problem(TRITON_UNREACHABLE, UNREACHABLE))] * 3
     for _ in range(3):
         await watch.step()
-        assert watch.down == UNREACHABLE
+        assert watch.down == Problem(TRITON_UNREACHABLE, UNREACHABLE)
     await watch.step()
     assert (watch.down, model.pings) == (None, 4)
 
@@ -110,14 +111,14 @@ async def test_idle_pings_are_periodic_and_skipped_while_an_inference_holds_the_
 
 async def test_health_is_503_at_once_after_tritons_own_failure_and_200_once_the_model_answers_again():
     model = FakeModel(base={"approve": 1.0})
-    model.probes = [Probe(True), Probe(False, STUB_DEAD, triton_answered=True), Probe(False, UNREACHABLE)]
+    model.probes = [Probe(True), Probe(False, Problem(MODEL_NOT_ANSWERING, STUB_DEAD), triton_answered=True), Probe(False, Problem(TRITON_UNREACHABLE, UNREACHABLE))]
     service = build_service(make_settings(probe_seconds="60"), model)
     app = service.app
     async with app.router.lifespan_context(app), \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
         await until(lambda: model.pings == 1)
         assert (await client.get("/health")).status_code == 200
-        model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: Stub process is not healthy.")
+        model.fail_with = from_triton(500, "Stub process is not healthy.")
         assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 502
         model.fail_with = None
         health = await client.get("/health")
@@ -134,7 +135,7 @@ async def test_health_is_503_at_once_after_tritons_own_failure_and_200_once_the_
 
 async def test_while_down_posts_are_refused_uncounted_as_triton_errors_and_model_up_is_0():
     model = FakeModel(base={"approve": 1.0})
-    model.probes = [Probe(True)] + [Probe(False, UNREACHABLE)] * 1000
+    model.probes = [Probe(True)] + [Probe(False, Problem(TRITON_UNREACHABLE, UNREACHABLE))] * 1000
     metrics = ShimMetrics()
     service = build_service(make_settings(probe_seconds="60"), model, metrics)
     app = service.app
@@ -143,10 +144,10 @@ async def test_while_down_posts_are_refused_uncounted_as_triton_errors_and_model
     async with app.router.lifespan_context(app), \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
         await until(lambda: model.pings == 1)
-        model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: Stub process is not healthy.")
+        model.fail_with = from_triton(500, "Stub process is not healthy.")
         assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 502
         assert errors() == 1
-        await until(lambda: service.watch.down == UNREACHABLE)
+        await until(lambda: service.watch.down == Problem(TRITON_UNREACHABLE, UNREACHABLE))
         refused = await client.post("/decide", json=decide_body(), headers=AUTH)
         assert refused.status_code == 502
         assert refused.json()["error"]["message"] == "triton unreachable"
@@ -176,7 +177,7 @@ async def test_health_answers_from_what_is_known_without_a_call_to_triton_of_its
         return await facts()
 
     model.ready, model.facts = counted_ready, counted_facts
-    model.probes = [Probe(True)] + [Probe(False, STUB_DEAD, triton_answered=True)] * 100
+    model.probes = [Probe(True)] + [Probe(False, Problem(MODEL_NOT_ANSWERING, STUB_DEAD), triton_answered=True)] * 100
     app = create_app(make_settings(probe_seconds="60"), model)
     async with app.router.lifespan_context(app), \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
@@ -184,7 +185,7 @@ async def test_health_answers_from_what_is_known_without_a_call_to_triton_of_its
         answers = [await client.get("/health") for _ in range(20)]
         assert {answer.status_code for answer in answers} == {200}
         assert asked == {"ready": 1, "facts": 1}  # the background check's, none of /health's own
-        model.fail_with = ModelFailure(Failure.TRITON, "Triton answered 500: Stub process is not healthy.")
+        model.fail_with = from_triton(500, "Stub process is not healthy.")
         assert (await client.post("/decide", json=decide_body(), headers=AUTH)).status_code == 502
         assert (await client.get("/health")).status_code == 503  # at once, from the watch
         assert asked["ready"] == 1
@@ -211,22 +212,23 @@ async def test_health_says_no_address_nor_exception_text_when_triton_is_unreacha
     assert str(triton) in caplog.text  # the details go to the log
 
 
-@pytest.mark.parametrize("detail, words", [
-    ("Triton did not answer: OSError: [Errno 101] Connect call failed ('10.11.12.13', 39999)", "triton unreachable"),
-    ("an inference failed (Triton did not answer: OSError: x ('10.1.2.3', 1)); checking the model",
+@pytest.mark.parametrize("failure, words", [
+    (from_triton(500, "Stub process is not healthy."), "triton answered an error"),
+    (unreachable("Triton did not answer: OSError: [Errno 101] Connect call failed ('10.11.12.13', 39999)"),
      "triton unreachable"),
-    ("an inference failed (Triton answered 500: Stub process is not healthy.); checking the model",
-     "triton answered an error"),
-    ("Triton is not ready", "triton not ready"),
-    ("the model 'intern_decision' is not ready", "model not ready"),
-    ("the model's intern_decision_model_info cannot be read: KeyError: 'x'", "model facts unavailable"),
-    ("Triton's metrics did not answer: OSError: ('10.1.2.3', 8002)", "model facts unavailable"),
-    ("the model has not published intern_decision_model_info yet", "model facts unavailable"),
-    ("the model did not answer a ping within 2 s", "model not answering"),
-    (f"{STUB_DEAD}; {RESTART_HINT}", "model not answering"),
-    ("anything else, from anywhere ('10.1.2.3', 1)", "model unavailable"),
+    (model_unavailable("anything else, from anywhere ('10.1.2.3', 1)"), "model unavailable"),
 ])
-def test_a_public_reason_is_fixed_words_chosen_by_the_detail(detail, words):
-    from shim.errors import public_reason
+def test_a_model_failure_is_told_in_the_fixed_words_of_its_kind(failure, words):
+    assert failure.public_message == words and failure.message not in words
 
-    assert public_reason(detail) == words
+
+async def test_the_watch_keeps_the_words_of_what_failed_and_the_detail_for_the_log():
+    model = FakeModel()
+    watch = watch_over(model)
+    model.fail_with = unreachable("Triton did not answer: OSError: x ('10.1.2.3', 1)")
+    with pytest.raises(ApiError):
+        await watch.predict_calls(REQUEST, "r1")
+    with pytest.raises(ModelFailure) as refused:
+        await watch.predict_calls(REQUEST, "r2")
+    assert refused.value.public_message == "triton unreachable"
+    assert "10.1.2.3" in refused.value.message

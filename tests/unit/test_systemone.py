@@ -218,7 +218,7 @@ async def test_model_failures_as_on_the_semif_routes_503_with_retry_after(client
     model.fail_with = ModelFailure(failure, "boom", call=0)
     response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
     assert response.status_code == status and response.headers.get("retry-after") == retry_after
-    # a model_unavailable failure is told in fixed words (shim/errors.py, public_reason), the detail logged
+    # a model_unavailable failure is told in fixed words (shim/errors.py, Problem.public), the detail logged
     message = "model unavailable" if failure is Failure.TRITON else "call 0 (questions 1–3): boom"
     assert response.json()["error"] == {"code": failure.error.code, "message": message}
 
