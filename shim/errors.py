@@ -149,9 +149,10 @@ def envelope(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}
 
 
-def validation_detail(loc: list, message: str, kind: str = "value_error") -> dict:
-    """FastAPI's (and TypeSafe's) 422 detail beside the envelope, so their clients' typed errors read it."""
-    return {"detail": [{"loc": loc, "msg": message, "type": kind}]}
+def validation_detail(loc: list, message: str, kind: str = "value_error") -> list[dict]:
+    """FastAPI's (and TypeSafe's) 422 detail, set beside the envelope as "detail", so their clients' typed errors
+    read it: `loc` names the field, `kind` is the error's type."""
+    return [{"loc": loc, "msg": message, "type": kind}]
 
 
 def from_triton(status: int | str | None, message: str) -> ModelFailure:

@@ -37,7 +37,7 @@ def typesafe_error(status: int, body: dict) -> dict:
     if not isinstance(error, dict) or not isinstance(error.get("message"), str):
         return body
     if status == UNPROCESSABLE:
-        return body if "detail" in body else {**body, **validation_detail(["body"], error["message"])}
+        return body if "detail" in body else {**body, "detail": validation_detail(["body"], error["message"])}
     return {**body, "detail": {"error_type": error_type(status), "message": error["message"]}}
 
 

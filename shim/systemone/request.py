@@ -13,8 +13,8 @@ from typing import Any
 
 from wire.answer import CHOICE, NOUL, SCORE
 
+from ..errors import UnprocessableRequest, validation_detail
 from ..port.chunking import MAX_QUESTIONS_PER_CALL
-from ..errors import UnprocessableRequest
 
 MAX_OPTIONS = 62  # the checkpoint's answer symbols
 OPTIONS_BOUND = "the checkpoint's single-token answer symbols; TypeSafe takes up to 255"
@@ -34,7 +34,7 @@ class SystemOneInvalid(UnprocessableRequest):
 
     @property
     def detail(self) -> list[dict]:
-        return [{"loc": self.loc, "msg": self.msg, "type": self.kind}]
+        return validation_detail(self.loc, self.msg, self.kind)
 
 
 def _dotted(loc: list) -> str:
