@@ -132,11 +132,13 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
     runner = CallRunner(watch, metrics, lock, drain)
     systemone_service = SystemOneService(runner, health_check.facts, settings)
     mcp = _mcp_tools(systemone_service, json.loads(openapi)) if settings.mcp else None
+    api_routes = [health_route(settings, health_check, drain),
+                  *semif_routes(DecisionService(runner, settings.max_decisions)),
+                  *systemone_routes(systemone_service)]
+    metrics.name_routes(route.path for route in api_routes)  # the route labels; any other path is "other"
     app = ShimApp(
         routes=[
-            health_route(settings, health_check, drain),
-            *semif_routes(DecisionService(runner, settings.max_decisions)),
-            *systemone_routes(systemone_service),
+            *api_routes,
             openapi_route(openapi),
             *([Route(MCP_PATH, mcp, methods=["POST"])] if mcp is not None else []),
             *(playground_routes() if settings.playground else []),

@@ -10,7 +10,8 @@ intern_decision_shim_triton_errors_total{kind}        failed inference requests 
 intern_decision_shim_calls_per_request                histogram of the calls a planned request sends the model
 intern_decision_shim_model_up                         1 when the last health check found the model usable, else 0
 
-route is one of ROUTES or "other", never the raw path; no label carries a token, an id or body text.
+route is the path of one of the API's routes (named by the app: health, the semif and the System One routes) or
+"other", never the raw path; no label carries a token, an id or body text.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import sys
 import threading
 import time
 from socketserver import ThreadingMixIn
-from typing import Mapping
+from typing import Iterable, Mapping
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, make_wsgi_app
@@ -28,7 +29,6 @@ from wire.env import port_number
 
 from .errors import Failure
 
-ROUTES = frozenset({"/health", "/decide", "/decide/shared", "/v1/models", "/v1/systemone", "/v1/systemone/batch"})
 OTHER_ROUTE = "other"
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 7.5, 10.0,
                    15.0, 30.0)
@@ -37,10 +37,6 @@ CALLS_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 # (model_unavailable), no answer at all (transport), an answer that cannot be read (unreadable_answer).
 TRITON_ERROR_KINDS = tuple(failure.label for failure in Failure if failure.label is not None)
 DEFAULT_PORT = 9464
-
-
-def route_of(path: str) -> str:
-    return path if path in ROUTES else OTHER_ROUTE
 
 
 class ShimMetrics:
@@ -67,8 +63,19 @@ class ShimMetrics:
                               registry=self.registry)
         # Children bound once: labels() takes a lock and builds a key on every call.
         self._triton_errors = {kind: triton_errors.labels(kind) for kind in TRITON_ERROR_KINDS}
-        self._seconds_by_route = {route: self._seconds.labels(route) for route in (*ROUTES, OTHER_ROUTE)}
+        self._routes: frozenset[str] = frozenset()
+        self._seconds_by_route = {OTHER_ROUTE: self._seconds.labels(OTHER_ROUTE)}
         self._requests_by_label: dict[tuple[str, int], Counter] = {}
+
+    def name_routes(self, paths: Iterable[str]) -> None:
+        """The route labels: the paths of the app's API routes, as the app binds them (shim/app.py)."""
+        self._routes = frozenset(paths)
+        for route in self._routes:
+            self._seconds_by_route.setdefault(route, self._seconds.labels(route))
+
+    def route_of(self, path: str) -> str:
+        """The route label of a request's path: a named route's path, else "other" (never the raw path)."""
+        return path if path in self._routes else OTHER_ROUTE
 
     def answered(self, route: str, status: int, seconds: float) -> None:
         counter = self._requests_by_label.get((route, status))

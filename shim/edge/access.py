@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import context
 from ..client_gone import CLIENT_WENT_AWAY
-from ..metrics import ShimMetrics, route_of
+from ..metrics import ShimMetrics
 
 log = logging.getLogger("intern_decision.shim.access")
 
@@ -50,7 +50,7 @@ class AccessLog:
             status = status or CLIENT_WENT_AWAY
             seconds = time.perf_counter() - started
             self._metrics.in_flight.dec()
-            route = route_of(scope["path"])
+            route = self._metrics.route_of(scope["path"])
             self._metrics.answered(route, status, seconds)
             log.info("%s %s %d", scope["method"], route, status,
                      extra={"method": scope["method"], "route": route, "status": status,
