@@ -23,9 +23,9 @@ exception_handlers
             port tells (the drain stopped the queue) turned into HTTP
 port/       the model as both surfaces use it: model (the Protocol and a ping's Probe), calls (one request's calls
             under the process-wide lock, counted and classified), chunking (at most 16 questions a call, greedy),
-            facts (the model's facts, cached), waiting and locks (the lock's wait, given up when the client goes or
-            the drain stops the queue), triton and http1 (Triton over our own HTTP/1.1
-            connections), watch (the model's liveness: pings, and reloads when its process died)
+            facts_cache (the model's facts, cached), waiting and locks (the lock's wait, given up when the client
+            goes or the drain stops the queue), triton and http1 (Triton over our own HTTP/1.1 connections), watch
+            (the model's liveness: pings, and reloads when its process died)
 errors      the error envelope, the public errors, the one 422 type (UnprocessableRequest), the one failure
             type of a call (Failure on wire.Kind), why the model is unusable (Problem: public words, private
             detail, both set where it arises)                                                           (pure)

@@ -4,8 +4,8 @@ A failure is classified once, where it happens (the Triton adapter, the answer's
 built on the wire protocol's `Kind`; the watch, the metrics and the HTTP answer read that one value.
 
 Why the model cannot be used is told to callers (a 502, /health's reason, an MCP tool error) in a few fixed words
-(Problem.public, chosen where the problem arises), never in the shim's detail, which may carry Triton's own text, an exception's or an address, and
-which may come from another caller's request: the detail goes to the log only.
+(Problem.public, chosen where the problem arises), never in the shim's detail, which may carry Triton's own text, an
+exception's or an address, and which may come from another caller's request: the detail goes to the log only.
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from .errors import (DRAINING, HTTP_CODES, INVALID, RETRY_AFTER_SECONDS, SCORING_FAILED, ApiError, Failure, ModelFailure,
-                     UnprocessableRequest, envelope)
+from .errors import (DRAINING, HTTP_CODES, INVALID, RETRY_AFTER_SECONDS, SCORING_FAILED, ApiError, Failure,
+                     ModelFailure, UnprocessableRequest, envelope)
 from .port.waiting import QueueStopped
 
 log = logging.getLogger("intern_decision.shim")

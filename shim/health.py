@@ -26,7 +26,7 @@ from .drain import Drain
 from .errors import DRAINING, MODEL_UNAVAILABLE, UNAVAILABLE, ApiError, ModelFailure, Problem, envelope
 from .metrics import ShimMetrics
 from .port.chunking import MAX_QUESTIONS_PER_CALL
-from .port.facts import FactsCache
+from .port.facts_cache import FactsCache
 from .port.watch import ModelWatch
 from .settings import ShimSettings
 

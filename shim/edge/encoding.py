@@ -100,6 +100,8 @@ class BodyDecoder:
         self._size = 0
 
     def feed(self, chunk: bytes) -> None:
+        """steps() run to its end at once. The body reader yields between the steps; the unit tests of the decoding
+        itself (tests/unit/test_shim_encoding.py) feed whole chunks through this."""
         for _ in self.steps(chunk):
             pass
 

@@ -5,7 +5,7 @@ knows a surface.
 model     the Protocol every model implements (Triton, the watch, the unit tests' fake), and a ping's Probe
 calls     one request's calls under the process-wide lock (INV-2), counted and classified
 chunking  at most 16 questions a call, packed greedily in request order                            (pure)
-facts     the model's facts, cached for FACTS_TTL_SECONDS
+facts_cache the model's facts (wire.facts), cached for FACTS_TTL_SECONDS
 waiting   the wait for the lock, given up when the client goes or the drain stops the queue (QueueStopped,
           which the exception handlers answer 503 draining)
 locks     acquiring a lock unless an event is set first

@@ -16,7 +16,9 @@ from .model import Model
 from .waiting import acquire
 
 
-class Ran(NamedTuple):
+class AnsweredCalls(NamedTuple):
+    """What one request's run of calls gave: the answers, and how long the lock kept it waiting."""
+
     answers: list[CallAnswer]
     queue_seconds: float  # waiting for the lock (INV-2) behind other requests
     scoring_started: float  # perf_counter() once the lock was held: semif's total_seconds runs from here
@@ -29,7 +31,7 @@ class CallRunner:
         self._lock = lock
         self._drain = drain
 
-    async def run(self, requests: list[dict], request_id: str) -> Ran:
+    async def run(self, requests: list[dict], request_id: str) -> AnsweredCalls:
         """The calls' answers in order, as one inference request, and how long the lock was waited for;
         ModelFailure for the first call that fails."""
         self._metrics.calls_per_request.observe(len(requests))
@@ -52,4 +54,4 @@ class CallRunner:
             raise
         finally:
             self._lock.release()
-        return Ran(answers, scoring_started - queued_at, scoring_started)
+        return AnsweredCalls(answers, scoring_started - queued_at, scoring_started)

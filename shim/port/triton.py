@@ -21,8 +21,9 @@ from wire.env import host_port
 from wire.facts import INFO_METRIC, ModelFacts
 from wire.protocol import DATATYPE, REQUEST, RESPONSE
 
-from ..errors import (MODEL_FACTS_UNAVAILABLE, MODEL_NOT_ANSWERING, MODEL_NOT_READY, TRITON_NOT_READY, TRITON_UNREACHABLE,
-                      IncompleteAnswer, ModelFailure, Problem, from_triton, model_unavailable, unreachable)
+from ..errors import (MODEL_FACTS_UNAVAILABLE, MODEL_NOT_ANSWERING, MODEL_NOT_READY, TRITON_NOT_READY,
+                      TRITON_UNREACHABLE, IncompleteAnswer, ModelFailure, Problem, from_triton, model_unavailable,
+                      unreachable)
 from ..settings import ShimSettings
 from .http1 import Http1Connection
 from .model import Probe

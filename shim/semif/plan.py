@@ -15,10 +15,6 @@ from ..errors import UnprocessableRequest
 from .request import Decision, Option
 
 
-def orderings_of(decision: Decision) -> list[tuple[Option, ...]]:
-    return decision.option_orders
-
-
 @dataclass(frozen=True)
 class Slot:
     """One question in a call: ordering `ordering` of decision `decision`, asked under `field`."""
@@ -54,7 +50,7 @@ def _fields(count: int) -> list[str]:
 
 
 def plan(decisions: list[Decision], max_decisions: int) -> list[Call]:
-    expanded = [orderings_of(decision) for decision in decisions]
+    expanded = [decision.option_orders for decision in decisions]
     scored = sum(len(orderings) for orderings in expanded)
     if not 1 <= scored <= max_decisions:
         raise UnprocessableRequest(f"the request scores {scored} orderings after expansion; "

@@ -7,7 +7,7 @@ from typing import Any
 from wire.answer import CallAnswer
 
 from ..context import note_usage
-from ..port.calls import CallRunner, Ran
+from ..port.calls import CallRunner, AnsweredCalls
 from .answers import averaged_result, ordering_result
 from .plan import Call, plan
 from .request import Decision
@@ -18,7 +18,7 @@ class DecisionService:
         self._runner = runner  # the app's one runner: the process-wide lock (INV-2) shared with System One
         self._max_decisions = max_decisions
 
-    async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], Ran]:
+    async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], AnsweredCalls]:
         calls = plan(decisions, self._max_decisions)
         note_usage(calls=len(calls))
         ran = await self._runner.run([call.predict_request(state, decisions) for call in calls], request_id)
@@ -50,7 +50,7 @@ class DecisionService:
         return {"results": self._results(decisions, calls, ran.answers), "timing": self._timing(calls, ran)}
 
     @staticmethod
-    def _timing(calls: list[Call], ran: Ran) -> dict:
+    def _timing(calls: list[Call], ran: AnsweredCalls) -> dict:
         answers = ran.answers
         return {
             "total_seconds": time.perf_counter() - ran.scoring_started,

@@ -7,7 +7,7 @@ from typing import Any
 from ..context import note_usage
 from ..errors import RETRY_AFTER_SECONDS, ModelFailure
 from ..port.calls import CallRunner
-from ..port.facts import FactsCache
+from ..port.facts_cache import FactsCache
 from ..port.chunking import chunks
 from ..settings import ShimSettings
 from .answers import predict_request, question_numbers, response_body

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from shim.port.chunking import MAX_QUESTIONS_PER_CALL
 from shim.errors import UnprocessableRequest
 from shim.semif.answers import averaged_result
-from shim.semif.plan import orderings_of, plan
+from shim.semif.plan import plan
 from shim.semif.request import Decision, Option, shared_body
 
 EXAMPLES = settings(max_examples=200, deadline=None)
@@ -38,7 +38,7 @@ def decisions(draw, min_size=1, max_size=40) -> list[Decision]:
 @given(asked=decisions())
 def test_calls_are_greedy_chunks_of_each_wave_in_request_order(asked):
     calls = plan(asked, max_decisions=10**6)
-    expanded = [orderings_of(decision) for decision in asked]
+    expanded = [decision.option_orders for decision in asked]
     assert [call.index for call in calls] == list(range(len(calls)))
     position = 0
     for wave in range(max(map(len, expanded))):
@@ -72,7 +72,7 @@ def test_a_call_never_holds_two_orderings_of_a_decision_and_names_its_fields_by_
 @EXAMPLES
 @given(asked=decisions(max_size=12))
 def test_every_ordering_is_scored_once_and_counts_toward_the_cap(asked):
-    expanded = [orderings_of(decision) for decision in asked]
+    expanded = [decision.option_orders for decision in asked]
     scored = sum(map(len, expanded))
     assert [len(orderings) for orderings in expanded] == [decision.ordering_count for decision in asked]
     calls = plan(asked, max_decisions=scored)
@@ -96,7 +96,7 @@ def softmax(values: list[float]) -> list[float]:
 def ordering_results(decision: Decision, score) -> list[dict]:
     """One result per ordering, as the model's argmax would top it (an exact tie to the smaller id)."""
     results = []
-    for k, options in enumerate(orderings_of(decision)):
+    for k, options in enumerate(decision.option_orders):
         option_ids = [option.id for option in options]
         probabilities = score(option_ids)
         by_id = dict(zip(option_ids, probabilities))
@@ -161,7 +161,7 @@ def as_body(asked: list[Decision]) -> dict:
 
 
 def result_ids(decision: Decision) -> list[str]:
-    return [decision.id] + ([f"{decision.id}#o{k}" for k in range(len(orderings_of(decision)))]
+    return [decision.id] + ([f"{decision.id}#o{k}" for k in range(len(decision.option_orders))]
                             if decision.orderings != "none" else [])
 
 
@@ -209,4 +209,4 @@ def test_a_broken_rule_is_refused_naming_the_decision_and_field(asked, data):
 
 def test_the_permutations_of_all_are_itertools_own():
     decision = Decision("d", "q?", tuple(Option(c, c) for c in "abcd"), "all")
-    assert orderings_of(decision) == list(itertools.permutations(decision.options))
+    assert decision.option_orders == list(itertools.permutations(decision.options))

@@ -67,7 +67,7 @@ async def test_health_is_503_in_the_envelope_when_the_model_is_not_ready(client,
 
 
 async def test_health_facts_are_cached_and_re_read_after_their_ttl():
-    from shim.port.facts import FACTS_TTL_SECONDS, FactsCache
+    from shim.port.facts_cache import FACTS_TTL_SECONDS, FactsCache
 
     model, now = FakeModel(), [100.0]
     reads = []

@@ -6,7 +6,7 @@ import pytest
 
 from shim.port.chunking import MAX_QUESTIONS_PER_CALL
 from shim.errors import UnprocessableRequest
-from shim.semif.plan import orderings_of, plan
+from shim.semif.plan import plan
 from shim.semif.request import Decision, Option
 
 
@@ -50,7 +50,7 @@ def test_decision_ids_never_reach_a_call():
 
 
 def test_rotations_put_each_option_in_each_position_once():
-    rotations = orderings_of(decision("d", options=5, orderings="rotations"))
+    rotations = decision("d", options=5, orderings="rotations").option_orders
     assert len(rotations) == 5
     assert [option.id for option in rotations[0]] == ["o0", "o1", "o2", "o3", "o4"]
     for position in range(5):
@@ -58,7 +58,7 @@ def test_rotations_put_each_option_in_each_position_once():
 
 
 def test_all_is_every_permutation_with_the_callers_order_first():
-    permutations = orderings_of(decision("d", options=4, orderings="all"))
+    permutations = decision("d", options=4, orderings="all").option_orders
     assert len(permutations) == math.factorial(4)
     assert len({tuple(option.id for option in p) for p in permutations}) == 24
     assert [option.id for option in permutations[0]] == ["o0", "o1", "o2", "o3"]
