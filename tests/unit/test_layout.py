@@ -105,6 +105,16 @@ def test_the_app_hands_over_what_the_server_needs_explicitly():
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: getattr(getattr(...))")
     assert found == []
 
+
+@pytest.mark.parametrize("module", ["shim/errors.py", "shim/health.py", "shim/port/watch.py", "shim/port/model.py"])
+def test_why_the_model_is_unusable_is_never_read_back_from_text(module):
+    """A Problem carries its public words and its detail from where it arises (errors.Problem): nothing that passes
+    it on chooses the words by how a detail's text starts, nor cuts it."""
+    calls = [node.func.attr for node in ast.walk(ast.parse((ROOT / module).read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]
+    assert [name for name in calls if name in ("startswith", "removeprefix", "partition", "split", "index", "find")] \
+        == []
+
 @pytest.mark.parametrize("top", ["shim", "intern_decision_model", "wire", "gpucheck", "acceptance", "devstack"])
 def test_no_imports_in_a_cycle(top):
     modules = graph(top)
