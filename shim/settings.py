@@ -14,6 +14,11 @@ _HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+")
 MIN_TOKEN_LENGTH = 32
 # The date the contract pinned the model's revision: /v1/models' release_date unless MODEL_RELEASE_DATE says otherwise.
 DEFAULT_RELEASE_DATE = "2026-09-30"
+# Defaults that the deployment's renderer (docker/multi_gpu.py) sizes the balancer and the grace periods by.
+DEFAULT_MAX_DECISIONS = 64
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_CALL_TIMEOUT_SECONDS = 120.0
+DEFAULT_DRAIN_SECONDS = 5.0
 _MODEL_NAME = re.compile(r"[\x21-\x7e]{1,128}")
 
 
@@ -32,7 +37,7 @@ class ShimSettings:
     probe_seconds: float
     body_timeout_seconds: float = 5.0
     api_token_next: str | None = None
-    drain_seconds: float = 5.0
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
     # The connection's bounds (shim/server.py): the request line and headers must arrive within
     # header_timeout_seconds of the connection's opening or the request's first byte; at most max_connections open.
     header_timeout_seconds: float = 10.0
@@ -83,18 +88,18 @@ class ShimSettings:
         return cls(
             api_token=token,
             api_token_next=token_next,
-            max_decisions=integer(env, "MAX_DECISIONS", 64),
-            max_body_bytes=integer(env, "MAX_BODY_BYTES", 1024 * 1024),
+            max_decisions=integer(env, "MAX_DECISIONS", DEFAULT_MAX_DECISIONS),
+            max_body_bytes=integer(env, "MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
             max_queue=max_queue,
             triton_url=triton_url,
             metrics_url=metrics_url,
             model_name=model_name,
-            call_timeout_seconds=_seconds(env, "CALL_TIMEOUT_SECONDS", 120.0),
+            call_timeout_seconds=_seconds(env, "CALL_TIMEOUT_SECONDS", DEFAULT_CALL_TIMEOUT_SECONDS),
             health_timeout_seconds=_seconds(env, "HEALTH_TIMEOUT_SECONDS", 2.0),
             body_timeout_seconds=_seconds(env, "BODY_TIMEOUT_SECONDS", 5.0),
             triton_api_key=triton_api_key,
             probe_seconds=_seconds(env, "PROBE_SECONDS", 5.0),
-            drain_seconds=_seconds(env, "DRAIN_SECONDS", 5.0),
+            drain_seconds=_seconds(env, "DRAIN_SECONDS", DEFAULT_DRAIN_SECONDS),
             header_timeout_seconds=_seconds(env, "HEADER_TIMEOUT_SECONDS", 10.0),
             max_connections=max_connections,
             max_connections_per_peer=integer(env, "MAX_CONNECTIONS_PER_PEER", 64, minimum=0),
