@@ -20,7 +20,7 @@ playground/ GET /playground: a page for people (static files from the package) a
             calls the public API like any caller and imports nothing of the shim
 exception_handlers
             every error the app raises answered in the envelope (Starlette's exception handlers), and what the
-            port tells (the drain stopped the queue) turned into HTTP
+            port tells (the drain stopped the queue, the client went away) turned into HTTP
 port/       the model as both surfaces use it: model (the Protocol and a ping's Probe), calls (one request's calls
             under the process-wide lock, counted and classified), chunking (at most 16 questions a call, greedy),
             facts_cache (the model's facts, cached), waiting and locks (the lock's wait, given up when the client

@@ -16,16 +16,14 @@ from typing import AsyncIterator
 
 from starlette.types import Message, Receive
 
-from .errors import ApiError
-
 # The status of a request whose client went away: logged, never seen by anyone (there is no one to answer).
 CLIENT_WENT_AWAY = 499
 
 _current: ContextVar["_Channel | None"] = ContextVar("intern_decision_client", default=None)
 
 
-class ClientGone(ApiError):
-    """The client went away before its request reached the model."""
+class ClientGone(Exception):
+    """The client went away before its request reached the model (the exception handlers log it 499)."""
 
 
 class _Channel:
@@ -76,4 +74,4 @@ def client_gone_event() -> asyncio.Event | None:
 
 
 def gone_error() -> ClientGone:
-    return ClientGone(CLIENT_WENT_AWAY, "client_gone", "the client went away before its request reached the model")
+    return ClientGone("the client went away before its request reached the model")

@@ -9,6 +9,7 @@ from starlette.responses import JSONResponse
 
 from .errors import (DRAINING, HTTP_CODES, INVALID, RETRY_AFTER_SECONDS, SCORING_FAILED, ApiError, Failure,
                      ModelFailure, UnprocessableRequest, envelope)
+from .client_gone import CLIENT_WENT_AWAY, ClientGone
 from .port.waiting import QueueStopped
 
 log = logging.getLogger("intern_decision.shim")
@@ -23,16 +24,19 @@ def error_body(exc: ApiError | UnprocessableRequest) -> dict:
     return body
 
 
-def drained() -> ApiError:
-    """A request the drain stopped before it held the lock: 503 draining, and the connection closed so that the retry
-    opens one to another replica."""
-    return ApiError(DRAINING.status, DRAINING.code,
-                    "this replica is shutting down and had not started this request; retry (another replica)",
-                    {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"})
+def as_api_error(exc: QueueStopped | ClientGone) -> ApiError:
+    """What the port tells, answered: a request the drain stopped before it held the lock is 503 draining, with the
+    connection closed so that the retry opens one to another replica; one whose client went away is 499, read by no
+    one (the status is for the access line and the series)."""
+    if isinstance(exc, QueueStopped):
+        return ApiError(DRAINING.status, DRAINING.code,
+                        "this replica is shutting down and had not started this request; retry (another replica)",
+                        {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"})
+    return ApiError(CLIENT_WENT_AWAY, "client_gone", str(exc))
 
 
-async def queue_stopped(request: Request, exc: QueueStopped) -> JSONResponse:
-    return await api_error(request, drained())
+async def port_outcome(request: Request, exc: QueueStopped | ClientGone) -> JSONResponse:
+    return await api_error(request, as_api_error(exc))
 
 
 async def invalid_request(request: Request, exc: UnprocessableRequest) -> JSONResponse:
@@ -59,5 +63,5 @@ async def unexpected(request: Request, exc: Exception) -> JSONResponse:
                         status_code=SCORING_FAILED.status)
 
 
-EXCEPTION_HANDLERS = {UnprocessableRequest: invalid_request, ApiError: api_error, QueueStopped: queue_stopped,
-                      HTTPException: http_error, Exception: unexpected}
+EXCEPTION_HANDLERS = {UnprocessableRequest: invalid_request, ApiError: api_error, QueueStopped: port_outcome,
+                      ClientGone: port_outcome, HTTPException: http_error, Exception: unexpected}

@@ -37,9 +37,10 @@ from starlette.types import Message, Receive, Scope, Send
 from wire import strict_json
 
 from .. import context
+from ..client_gone import ClientGone
 from ..edge.json_body import strict_body
 from ..errors import ApiError, UnprocessableRequest
-from ..exception_handlers import drained, error_body
+from ..exception_handlers import as_api_error, error_body
 from ..port.waiting import QueueStopped
 from .request import SystemOneInvalid
 from .service import SystemOneService
@@ -151,13 +152,13 @@ class SystemOneTools:
         operation = self._operations.get(params.name)
         if operation is None:
             return tool_error(UnprocessableRequest(f"unknown tool {params.name!r}; this server has "
-                                             f"{', '.join(sorted(self._operations))}"))
+                                                   f"{', '.join(sorted(self._operations))}"))
         try:
             result = await operation(params.arguments or {}, request_id)
         except (ApiError, UnprocessableRequest) as exc:
             return tool_error(exc)
-        except QueueStopped:
-            return tool_error(drained())
+        except (QueueStopped, ClientGone) as exc:
+            return tool_error(as_api_error(exc))
         return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(result))],
                                     structured_content=result)
 
