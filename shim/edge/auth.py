@@ -6,7 +6,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import UNAUTHORIZED
-from .refusal import refuse
+from .refusal import is_post, refuse
 from .tokens import AcceptedTokens, bearer_matches
 
 
@@ -17,8 +17,8 @@ class BearerAuth:
         self._authenticated_paths = authenticated_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] == "http" and (scope["method"] == "POST" or scope["path"] in self._authenticated_paths)
-                and not bearer_matches(Headers(scope=scope), self._tokens)):
+        guarded = is_post(scope) or (scope["type"] == "http" and scope["path"] in self._authenticated_paths)
+        if guarded and not bearer_matches(Headers(scope=scope), self._tokens):
             await refuse(scope, receive, send, UNAUTHORIZED, "missing or wrong bearer token",
                          {"WWW-Authenticate": "Bearer"})
             return

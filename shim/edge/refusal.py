@@ -9,7 +9,8 @@ from ..errors import PublicError, envelope
 
 
 def is_post(scope: Scope) -> bool:
-    """An HTTP POST: what the drain, the encoding, admission and the body reader guard."""
+    """An HTTP POST: what auth, the drain, the encoding, admission, the body reader and the disconnect watch guard;
+    the one place the edge asks."""
     return scope["type"] == "http" and scope["method"] == "POST"
 
 

@@ -115,6 +115,17 @@ def test_why_the_model_is_unusable_is_never_read_back_from_text(module):
     assert [name for name in calls if name in ("startswith", "removeprefix", "partition", "split", "index", "find")] \
         == []
 
+
+def test_the_edge_asks_whether_a_request_is_a_post_in_one_place():
+    """Every POST guard, the disconnect watch among them, lives in shim/edge/ and asks edge.refusal.is_post."""
+    found = []
+    for path in (ROOT / "shim").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(isinstance(part, ast.Constant) and part.value == "POST"
+                                                     for part in (node.left, *node.comparators)):
+                found.append(str(path.relative_to(ROOT)))
+    assert found == ["shim/edge/refusal.py"]
+
 @pytest.mark.parametrize("top", ["shim", "intern_decision_model", "wire", "gpucheck", "acceptance", "devstack"])
 def test_no_imports_in_a_cycle(top):
     modules = graph(top)
