@@ -15,6 +15,8 @@ import socket
 import pytest
 
 from devstack.shim import ShimServer
+from tests.raw_http import (HEALTH, closed_by_server, read_response, read_until_closed_or, serves_health,
+                             status_lines)
 
 from .helpers import NAME, SHIM_TOKEN
 
@@ -22,7 +24,6 @@ pytestmark = pytest.mark.triton
 MAX_CONNECTIONS = 8
 PER_PEER = 3
 MAX_PIPELINED_REQUESTS = 16  # shim/server.py
-HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
 @pytest.fixture(scope="module")
@@ -38,74 +39,12 @@ def connect(shim: ShimServer, source: str = "127.0.0.1") -> socket.socket:
     return socket.create_connection(("127.0.0.1", shim.port), timeout=30, source_address=(source, 0))
 
 
-def read_response(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError(f"closed after {data[:200]!r}")
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed in the body")
-        body += chunk
-    return head + b"\r\n\r\n" + body
-
-
-def read_all(sock: socket.socket, most: int = 1 << 20) -> bytes:
-    """Until the server closes the connection (or `most` bytes: a server that never closes fails the caller)."""
-    received = bytearray()
-    while len(received) < most:
-        try:
-            chunk = sock.recv(65536)
-        except (socket.timeout, ConnectionResetError):
-            break
-        if not chunk:
-            break
-        received += chunk
-    return bytes(received)
-
-
-def statuses(data: bytes) -> list[bytes]:
-    found, at = [], 0
-    while (end := data.find(b"\r\n\r\n", at)) >= 0:
-        head = data[at:end].split(b"\r\n")
-        found.append(head[0])
-        length = next(int(line.split(b":")[1]) for line in head if line.lower().startswith(b"content-length"))
-        at = end + 4 + length
-    return found
-
-
 def systemone_post() -> bytes:
     body = json.dumps({"model": NAME, "state": "fine",
                        "questions": {"a": {"type": "noul", "instructions": "Fine?"}}}).encode()
     return (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Authorization: Bearer " + SHIM_TOKEN.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
             b"\r\n\r\n" + body)
-
-
-def closed_by_server(sock: socket.socket, seconds: float = 2.0) -> bool:
-    """Closed within `seconds` without our sending anything: well before the keep-alive timer (5 s) would."""
-    sock.settimeout(seconds)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except socket.timeout:
-        return False
-    finally:
-        sock.settimeout(30)
-
-
-def serves_health(sock: socket.socket) -> bool:
-    try:
-        sock.sendall(HEALTH)
-        return read_response(sock).startswith(b"HTTP/1.1 200 ")
-    except OSError:
-        return False
 
 
 def test_kept_alive_connections_that_only_wait_never_keep_an_authenticated_post_out(bounded):
@@ -135,7 +74,7 @@ def test_one_address_beyond_its_share_is_503_while_another_address_is_served(bou
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
         with connect(bounded) as sock:
             sock.sendall(systemone_post())
-            refused = read_all(sock)
+            refused = read_until_closed_or(sock, 1 << 20, seconds=30)
         with connect(bounded, "127.0.0.2") as sock:
             sock.sendall(systemone_post())
             served = read_response(sock)
@@ -158,8 +97,8 @@ def test_a_pipelining_client_is_served_wherever_its_reads_split_its_headers(boun
         sock.sendall(burst[:cut])
         first = sock.recv(65536)  # an answer: the first read is parsed by now
         sock.sendall(burst[cut:] + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        received = first + read_all(sock)
-    assert statuses(received) == [b"HTTP/1.1 200 OK"] * 13
+        received = first + read_until_closed_or(sock, 1 << 20, seconds=30)
+    assert status_lines(received) == [b"HTTP/1.1 200 OK"] * 13
 
 
 def test_a_pipelined_burst_is_answered_up_to_the_bound_then_400_and_closed(bounded):
@@ -169,8 +108,8 @@ def test_a_pipelined_burst_is_answered_up_to_the_bound_then_400_and_closed(bound
             sock.sendall(one * (256 * 1024 // len(one)))
         except (BrokenPipeError, ConnectionResetError):
             pass
-        received = read_all(sock)
-    assert statuses(received) == [b"HTTP/1.1 200 OK"] * (1 + MAX_PIPELINED_REQUESTS) + [b"HTTP/1.1 400 Bad Request"]
+        received = read_until_closed_or(sock, 1 << 20, seconds=30)
+    assert status_lines(received) == [b"HTTP/1.1 200 OK"] * (1 + MAX_PIPELINED_REQUESTS) + [b"HTTP/1.1 400 Bad Request"]
     last = received[received.rindex(b"HTTP/1.1 400 "):]
     assert b"connection: close" in last.partition(b"\r\n\r\n")[0].lower()
     assert json.loads(last.partition(b"\r\n\r\n")[2])["error"]["code"] == "too_many_pipelined_requests"

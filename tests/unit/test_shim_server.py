@@ -21,6 +21,8 @@ from devstack.process import free_port
 from shim import server
 from shim.app import create_app
 from shim.settings import ShimSettings
+from tests.raw_http import (closed_by_server, pipelined, read_response, read_until_closed_or, serves_health,
+                             status_lines)
 
 from .fake_model import FakeModel
 
@@ -66,17 +68,6 @@ def read_until_closed(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def read_response(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
-    while len(body) < length:
-        body += sock.recv(65536)
-    return head + b"\r\n\r\n" + body
 
 
 def test_headers_slower_than_the_deadline_close_the_connection(address):  # HEADER_TIMEOUT_SECONDS=0.5
@@ -271,27 +262,6 @@ def test_health_on_a_connection_beyond_max_connections_is_answered_and_closed(ed
     assert refused.startswith(b"HTTP/1.1 503 ") and b"too_many_connections" in refused
 
 
-def is_open(sock: socket.socket) -> bool:
-    """The connection still serves a request (an evicted one reads as closed)."""
-    try:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        return read_response(sock).startswith(b"HTTP/1.1 200 ")
-    except (OSError, StopIteration):
-        return False
-
-
-def closed_by_server(sock: socket.socket, seconds: float = 2.0) -> bool:
-    """The server closed the connection within `seconds`, without our sending anything (well before the keep-alive
-    timer, KEEP_ALIVE_SECONDS after the connection's last answer, would)."""
-    sock.settimeout(seconds)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except socket.timeout:
-        return False
-
-
 def test_idle_connections_give_way_to_a_request_oldest_idle_first():
     """MAX_CONNECTIONS kept-alive connections, all idle: a request on one more is served, and the connection idle the
     longest (not the oldest opened) is the one closed for it."""
@@ -304,7 +274,7 @@ def test_idle_connections_give_way_to_a_request_oldest_idle_first():
             sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_response(sock).startswith(b"HTTP/1.1 200 ")
             assert closed_by_server(kept[-1])
-            assert [is_open(other) for other in kept[:-1]] == [True, True, True]
+            assert [serves_health(other) for other in kept[:-1]] == [True, True, True]
         for other in kept:
             other.close()
 
@@ -337,7 +307,7 @@ def test_a_peers_own_idle_connections_give_way_to_its_request():
         with connect(address) as sock:
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_response(sock).startswith(b"HTTP/1.1 200 ")
-            assert closed_by_server(kept[0]) and is_open(kept[1])
+            assert closed_by_server(kept[0]) and serves_health(kept[1])
         for sock in kept:
             sock.close()
 
@@ -357,41 +327,6 @@ def test_a_balancers_address_has_no_per_peer_share():
 
 # --- Pipelining: a few requests in one write are served in order, wherever the reads split them; a burst is bounded.
 
-def pipelined(count: int, header_bytes: int = 0) -> bytes:
-    filler = b"X-Filler: " + b"f" * header_bytes + b"\r\n" if header_bytes else b""
-    return b"".join(b"GET /health HTTP/1.1\r\nHost: x\r\n" + filler + b"\r\n" for _ in range(count))
-
-
-def answers_in(data: bytes) -> list[bytes]:
-    """The status lines of the whole responses in `data`, in order."""
-    statuses, at = [], 0
-    while at < len(data):
-        end = data.find(b"\r\n\r\n", at)
-        if end < 0:
-            break
-        head = data[at:end]
-        statuses.append(head.split(b"\r\n")[0])
-        at = end + 4 + int(head_of(head + b"\r\n\r\n")[b"content-length"])
-    return statuses
-
-
-def read_until_closed_or(sock: socket.socket, most: int, seconds: float = 10.0) -> bytes:
-    """What the server sent until it closed the connection, or until `most` bytes or `seconds` (then it is left
-    open: the caller's assertions tell)."""
-    deadline = time.monotonic() + seconds
-    received = bytearray()
-    while len(received) < most and time.monotonic() < deadline:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            chunk = sock.recv(65536)
-        except (socket.timeout, ConnectionResetError):
-            break
-        if not chunk:
-            break
-        received += chunk
-    return bytes(received)
-
-
 def test_a_pipelining_client_is_served_wherever_its_headers_split(address):
     """Twelve requests of 6 KiB of headers each (72 KiB, more than MAX_HEADER_BYTES together), sent in two writes
     that split the last one's headers: every request is under the limit, so each is answered."""
@@ -403,7 +338,7 @@ def test_a_pipelining_client_is_served_wherever_its_headers_split(address):
         time.sleep(0.2)
         sock.sendall(burst[cut:] + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         received = read_until_closed_or(sock, 64 * 1024)
-    assert answers_in(received) == [b"HTTP/1.1 200 OK"] * 13
+    assert status_lines(received) == [b"HTTP/1.1 200 OK"] * 13
 
 
 def test_a_pipelined_burst_is_answered_up_to_the_bound_then_400_and_closed(address):
@@ -416,7 +351,7 @@ def test_a_pipelined_burst_is_answered_up_to_the_bound_then_400_and_closed(addre
         except (BrokenPipeError, ConnectionResetError):
             pass
         received = read_until_closed_or(sock, 64 * 1024)
-    statuses = answers_in(received)
+    statuses = status_lines(received)
     assert statuses == [b"HTTP/1.1 200 OK"] * (1 + server.MAX_PIPELINED_REQUESTS) + [b"HTTP/1.1 400 Bad Request"]
     last = received[received.rindex(b"HTTP/1.1 400 "):]
     assert head_of(last)[b"connection"] == b"close"
