@@ -3,7 +3,9 @@
 Three things the wheel leaves to its own launcher are done here: the python backend stub for this
 interpreter's version is copied next to the backend, the venv's bin/ goes first on PATH (the stub runs an
 isolated interpreter that ignores PYTHONPATH and finds its site-packages through the python3 on PATH), and
-LD_LIBRARY_PATH points at this interpreter's libpython so the stub links the same build as the venv's stdlib.
+LD_LIBRARY_PATH points at this interpreter's libpython so the stub links the same build as the venv's stdlib (only
+where the loader's cache does not already resolve it there: a system folder put first would outrank the CUDA
+libraries torch's wheels bring, and the stub would load other ones than the same torch in-process).
 
 Triton is locked as in production: loopback only, the model loaded explicitly (only the models named), and every
 API but health and metadata behind a key generated per start, which the shim is given
@@ -103,15 +105,48 @@ import glob, os, sys, sysconfig
 name = "libpython%d.%d.so*" % sys.version_info[:2]
 candidates = [sysconfig.get_config_var("LIBDIR") or "", os.path.join(sys.base_prefix, "lib")]
 print(next((d for d in candidates if d and glob.glob(os.path.join(d, name))), candidates[0]))
+print(sysconfig.get_config_var("INSTSONAME") or "")
 """
+
+
+def _probe_libpython(python: str | None) -> tuple[str, str]:
+    done = subprocess.run([python or sys.executable, "-c", _LIBDIR_PROBE], check=True, capture_output=True,
+                          text=True, timeout=60)
+    libdir, _, soname = done.stdout.strip().partition("\n")
+    return libdir.strip(), soname.strip()
 
 
 def interpreter_libdir(python: str | None = None) -> str:
     """Where an interpreter's libpython lives: its LIBDIR, or <base prefix>/lib when LIBDIR names a build-time
     folder that holds no libpython (relocated builds)."""
-    done = subprocess.run([python or sys.executable, "-c", _LIBDIR_PROBE], check=True, capture_output=True,
-                          text=True, timeout=60)
-    return done.stdout.strip()
+    return _probe_libpython(python)[0]
+
+
+def cached_by_loader(soname: str, libdir: str, ldconfig_listing: str) -> bool:
+    """True when the loader's cache (`ldconfig -p`'s listing) resolves soname to the copy in libdir."""
+    if not soname or not libdir:
+        return False
+    wanted = os.path.realpath(os.path.join(libdir, soname))
+    for line in ldconfig_listing.splitlines():
+        name, arrow, target = line.strip().partition(" => ")
+        if arrow and name.split(" (")[0] == soname and os.path.realpath(target.strip()) == wanted:
+            return True
+    return False
+
+
+def _ldconfig_listing() -> str:
+    for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig", shutil.which("ldconfig")):
+        if ldconfig and os.path.exists(ldconfig):
+            done = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=30)
+            return done.stdout
+    return ""
+
+
+def library_path_for(python: str | None = None) -> str:
+    """The folder to put first on LD_LIBRARY_PATH for the stub to link python's libpython: "" when the loader's
+    cache already resolves it to that interpreter's own copy (a system Python's, in a system folder)."""
+    libdir, soname = _probe_libpython(python)
+    return "" if cached_by_loader(soname, libdir, _ldconfig_listing()) else libdir
 
 
 def server_environment(extra: dict[str, str] | None = None, python: str | None = None) -> dict[str, str]:
@@ -121,7 +156,7 @@ def server_environment(extra: dict[str, str] | None = None, python: str | None =
            if not name.startswith("INTERN_DECISION_API_TOKEN")}
     venv_bin = str(Path(python).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
-    libdir = interpreter_libdir(python)
+    libdir = library_path_for(python)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
     env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     env.update(extra or {})

@@ -75,10 +75,25 @@ VALUE = ("environment", "install", "stub", "checkpoint", "shapes", "server", "ac
          "kernel_warmup", "overcap", "inprocess_torch")
 
 
+# A step that holds back a later step's whole limit, not only its expected time: the kernel warm-up may use its
+# window to the end, and the in-process run after it must still get all it may need (a slow warm-up followed by a
+# slow in-process run squeezes nothing essential).
+HOLDS_WHOLE_LIMIT = {"kernel_warmup": ("inprocess",)}
+
+
 def kept_back(mode: str, step: str, later: list[str]) -> float:
-    """The expected seconds of the later steps worth more than this one."""
+    """The seconds kept for the later steps worth more than this one: their expected times, or their whole limits
+    where HOLDS_WHOLE_LIMIT says so."""
     rank = VALUE.index(step)
-    return sum(TIMINGS[mode][name].expected for name in later if VALUE.index(name) < rank)
+    whole = HOLDS_WHOLE_LIMIT.get(step, ())
+    return sum(TIMINGS[mode][name].limit if name in whole else TIMINGS[mode][name].expected
+               for name in later if VALUE.index(name) < rank)
+
+
+def need_of(mode: str, step: str) -> float:
+    """What a step has been seen to need: the larger of its expected and rehearsed times."""
+    timing = TIMINGS[mode][step]
+    return max(timing.expected, timing.rehearsed)
 
 
 def allowance(mode: str, step: str, remaining: float, later: list[str]) -> float:

@@ -14,7 +14,7 @@ from gpucheck import archive, budgets
 from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip
 from gpucheck.deadline import Deadline, DeadlineReached, kill_all
 from gpucheck.environment import nvidia_smi
-from gpucheck.report import FAIL, INCONCLUSIVE, NOT_RUN, PASS, SKIPPED, Report, Step
+from gpucheck.report import FAIL, FINDING, INCONCLUSIVE, NOT_RUN, PASS, SKIPPED, Report, Step
 from gpucheck.steps import (acceptance_step, checkpoint_step, environment_step, inprocess_step, inprocess_torch_step,
                             install_step, kernel_warmup_step, overcap_step, server_step, service_step, serving_choice,
                             shapes_step, stub_step)
@@ -31,8 +31,8 @@ class StepSpec:
     title: str
     function: object  # (ctx) -> gpucheck.findings.Found; raises Skip, Inconclusive or an error, with its data
     needs: tuple  # the steps it needs (passed or skipped)
-    # False: skipped, not failed, when time is short or it runs out; fails only for a fault of the service
-    # (outcome_of_error), and its inconclusive outcome does not decide the run
+    # False: skipped, not failed, when time is short or it runs out; a fault of the service it sees is a finding
+    # (outcome_of_error); none of its outcomes decides the run
     essential: bool = True
     decide: object = None  # ctx -> findings the step acts on, recorded as it starts (kept when it fails)
 
@@ -95,13 +95,16 @@ def _data_of(exc: Exception) -> dict:
 
 
 def outcome_of_error(spec: StepSpec, exc: Exception) -> tuple[str, str]:
-    """(status, detail) of a step that raised. An essential step fails. An optional one fails only for a fault of
-    the service (ServiceFault); one that ran out of time is skipped, and one the check could not finish for another
-    reason (a server that did not start under the test cap, a measurement that broke) is inconclusive: what it
-    measured up to then stays in its data."""
+    """(status, detail) of a step that raised. An essential step fails. An optional one never decides the run: a
+    fault of the service it saw (ServiceFault: check 6's kit failing on its first run on a card) is a finding,
+    reported with everything the step saw; one that ran out of time is skipped, and one the check could not finish
+    for another reason (a server that did not start under the test cap, a measurement that broke) is inconclusive:
+    what it measured up to then stays in its data."""
     described = f"{type(exc).__name__}: {exc}"
-    if spec.essential or isinstance(exc, ServiceFault):
+    if spec.essential:
         return FAIL, described
+    if isinstance(exc, ServiceFault):
+        return FINDING, f"a finding on this card's first look, not a verdict on the run: {described}"
     if isinstance(exc, TimeoutError):
         return SKIPPED, f"ran out of time, recorded and skipped ({described})"
     return INCONCLUSIVE, f"could not be finished, not a fault of the service ({described})"

@@ -7,7 +7,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 PASS, FAIL, SKIPPED, NOT_RUN, INCONCLUSIVE = "pass", "fail", "skipped", "not_run", "inconclusive"
-STATUSES = (PASS, FAIL, SKIPPED, NOT_RUN, INCONCLUSIVE)
+# An optional step that saw the service do wrong on its first look at a card: reported with everything it saw, and
+# the run's result is not decided by it (gpucheck.check.outcome_of_error).
+FINDING = "finding"
+STATUSES = (PASS, FAIL, SKIPPED, NOT_RUN, INCONCLUSIVE, FINDING)
 
 # The reference to beat: Intern-Decision-4B's own latency table, and a peer's H200 figure.
 REFERENCE = {
@@ -58,10 +61,22 @@ class Report:
         undecided = any(step.status == INCONCLUSIVE and step.essential for step in self.steps.values())
         return INCONCLUSIVE if undecided else PASS
 
+    @property
+    def findings(self) -> list[str]:
+        """The optional steps that ended with a finding: the run's result stands, and its headline names them."""
+        return [step.name for step in self.steps.values() if step.status == FINDING]
+
+    @property
+    def headline(self) -> str:
+        """The result as the summary line and report.md's title say it: "PASS, with findings: overcap"."""
+        return self.result.upper() + (f", with findings: {', '.join(self.findings)}" if self.findings else "")
+
     def as_dict(self) -> dict:
         return {
             "mode": self.mode,
             "result": self.result,
+            "headline": self.headline,
+            "findings": self.findings,
             "started": _iso(self.started),
             "finished": _iso(self.finished) if self.finished else None,
             "wall_seconds": round((self.finished or time.time()) - self.started, 1),

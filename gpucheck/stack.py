@@ -76,9 +76,11 @@ def start_server(attempts: list, env: dict, repository: Path, root: Path, python
             tried.append({"config": label, "ready": True})
             return server, label, tried
         except (ServerExited, TimeoutError) as exc:
+            # killed at once, its process group with it: a server not ready in its time gets no grace from the
+            # next attempt's
+            server.stop(timeout=0)
             tried.append({"config": label, "ready": False, "error": str(exc),
                           "reason": load_failure(server.log_path)})
-            server.stop(timeout=15)
         except BaseException:
             server.stop(timeout=15)
             raise

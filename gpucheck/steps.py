@@ -16,7 +16,7 @@ from pathlib import Path
 from devstack.fixture import BUILD_SCRIPT, FixturePins
 from devstack.shim import ShimServer
 from devstack.triton import bundled_server_root, interpreter_libdir
-from gpucheck import acceptance_kit, install, kernel_lengths, libpython, stub
+from gpucheck import acceptance_kit, budgets, install, kernel_lengths, libpython, stub
 from gpucheck.cap import plan_caps, unmeasured
 from gpucheck.carry import REPO_ROOT
 from gpucheck.context import Context, Inconclusive, ServiceFault, Skip, dtype_of, keeping, script_environment
@@ -184,15 +184,29 @@ INPROCESS_LAST_ROUNDS_SECONDS = 10
 
 
 # With flash-linear-attention the run may still fail (or compile what the warm-up did not reach); it gets this share
-# of the step's allowance, so that the measurement with the torch implementations still fits in what is left. The
-# allowance's expected 60 s on the GPU machine: imports ~15, loading 9 GB ~15, the warm-ups from a warm kernel
-# cache and the rounds ~30.
+# of the step's allowance, and never so much that the measurement with the torch implementations would be left less
+# than it needs (budgets.need_of "inprocess_torch"). The allowance's expected 60 s on the GPU machine: imports ~15,
+# loading 9 GB ~15, the warm-ups from a warm kernel cache and the rounds ~30.
 WITH_KERNELS_SHARE = 0.65
 
 
-def _run_inprocess(ctx: Context, out_name: str, block: bool, share: float = 1.0) -> dict:
+def _left(ctx: Context) -> float:
+    return max(0.0, ctx.step_end - time.monotonic())
+
+
+def _torch_need(ctx: Context) -> float:
+    return budgets.need_of(ctx.options.mode, "inprocess_torch")
+
+
+def _with_kernels_seconds(ctx: Context) -> float:
+    """The run with fla: its share of what is left, less what the torch fallback would need after it."""
+    left = _left(ctx)
+    return max(0.0, min(WITH_KERNELS_SHARE * left, left - _torch_need(ctx)))
+
+
+def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | None = None) -> dict:
     path = ctx.out / out_name
-    budget = ctx.budget(share * max(0.0, ctx.step_end - time.monotonic()))
+    budget = ctx.budget(_left(ctx) if seconds is None else seconds)
     own = budget - INPROCESS_IMPORTS_SECONDS - INPROCESS_LAST_ROUNDS_SECONDS
     arguments = ["--checkpoint", ctx.findings.pins.checkpoint, "--shapes", ctx.findings.shapes_path, "--out", path,
                  "--device", ctx.options.device, "--dtype", dtype_of(ctx),
@@ -222,10 +236,13 @@ def _describe_inprocess(result: dict) -> str:
 
 
 def inprocess_step(ctx: Context) -> Found:
+    leftover = ctx.take_warmup()  # a warm-up whose step gave way (time was short) does not share the card with it
+    if leftover is not None:
+        kill_group(leftover)
     note = ""
     try:
         result = _run_inprocess(ctx, "inprocess.json", block=False,
-                                share=WITH_KERNELS_SHARE if ctx.findings.kernels is not None else 1.0)
+                                seconds=_with_kernels_seconds(ctx) if ctx.findings.kernels is not None else None)
     except (RuntimeError, TimeoutError) as exc:
         first = _partial(ctx.out / "inprocess.json")
         if not first.get("kernels", {}).get("fla", {}).get("importable") or first.get("kernels_blocked"):
@@ -233,6 +250,11 @@ def inprocess_step(ctx: Context) -> Found:
                 raise
         # fla imported but the run with it failed: measure with transformers' torch implementations instead.
         (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-with-fla-failed.json")
+        if _left(ctx) < _torch_need(ctx):
+            with keeping(first):
+                raise RuntimeError(f"with fla it failed ({exc}); {_left(ctx):.0f} s were left, below the "
+                                   f"{_torch_need(ctx):.0f} s the measurement with torch's implementations needs: "
+                                   f"not started") from exc
         note = f"; with fla it failed ({exc}), measured without it"
         try:
             result = _run_inprocess(ctx, "inprocess.json", block=True)
@@ -410,7 +432,10 @@ def acceptance_step(ctx: Context) -> Found:
         raise Skip("no acceptance check but check 6 selected")
     with keeping({"vram_cap_gib": ctx.findings.caps["production_gib"] if ctx.cuda else None}) as data:
         _run_kit(ctx, data, checks, "acceptance")
-    return Found("checks " + ", ".join(f"{check} {status}" for check, status in data["checks"].items()), data)
+    unproven = [check for check, status in data["checks"].items() if status in ("inconclusive", "not_run")]
+    return Found("checks " + ", ".join(f"{check} {status}" for check, status in data["checks"].items())
+                 + (f"; unproven, not deciding: {', '.join(unproven)} (the kit's report says why)" if unproven else ""),
+                 data)
 
 
 SERVED_CONFIGS = {"production": None, "variant": VARIANT, "cpu": "cpu"}
@@ -435,7 +460,12 @@ def _check_over_cap(ctx: Context, caps: dict, data: dict) -> Found:
     ready_seconds, facts = _serve(ctx, caps["test_gib"], [("test-cap", SERVED_CONFIGS[config])],
                                   "shim-test-cap.log")
     data.update(test_cap_gib=caps["test_gib"], config=config, ready_seconds=ready_seconds, health=facts)
-    report = _run_kit(ctx, data, [OVER_CAP_CHECK], "acceptance-check6")
+    try:
+        report = _run_kit(ctx, data, [OVER_CAP_CHECK], "acceptance-check6")
+    except ServiceFault:  # a finding: what the card's memory looked like goes with the kit's report
+        if ctx.cuda:
+            data["nvidia_smi_after"] = nvidia_smi(ctx.out / "nvidia-smi.txt", "after check 6 failed")
+        raise
     result = (report.get("checks") or {}).get(OVER_CAP_CHECK) or {}
     detail = (f"an instance under the test cap of {caps['test_gib']} GiB (normal shapes {caps['normal_gib']} GiB, "
               f"largest call {caps['largest_gib']} GiB), ready after {ready_seconds} s: check 6 "

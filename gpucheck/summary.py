@@ -42,7 +42,7 @@ def _cell(value) -> str:
 def render_markdown(report: dict) -> str:
     steps = {step["name"]: step for step in report["steps"]}
     lines = [
-        f"# GPU check ({report['mode']} mode): {report['result'].upper()}",
+        f"# GPU check ({report['mode']} mode): {report.get('headline') or report['result'].upper()}",
         "",
         f"Started {report['started']}, {report['wall_seconds']} s of a {report['deadline_seconds']:.0f} s deadline.",
         "",

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from devstack.shim import shim_environment
-from devstack.triton import RESTRICTED_APIS, TritonServer
+from devstack.triton import RESTRICTED_APIS, TritonServer, cached_by_loader
 
 
 def flags(command: list[str], name: str) -> list[str]:
@@ -34,3 +34,25 @@ def test_loopback_only_explicit_model_control_a_short_exit_and_a_prefix_of_its_o
     assert flags(command, "--exit-timeout-secs") == ["5"]
     assert flags(command, "--backend-config") == [f"python,shm-region-prefix-name={server.shm_prefix}"]
     assert server.shm_prefix != TritonServer({}, tmp_path / "other.log").shm_prefix
+
+
+def test_libpython_folder_goes_on_the_library_path_only_where_the_loaders_cache_does_not_resolve_it(tmp_path):
+    # A system Python's libpython sits in a system folder the cache resolves; putting that folder first would make
+    # the stub load the system's CUDA libraries (NCCL, cuDNN) over the ones torch's wheels bring.
+    system = tmp_path / "usr-lib"
+    system.mkdir()
+    (system / "libpython3.12.so.1.0").write_bytes(b"")
+    listing = (f"\tlibnccl.so.2 (libc6,x86-64) => {system}/libnccl.so.2\n"
+               f"\tlibpython3.12.so.1.0 (libc6,x86-64) => {system}/libpython3.12.so.1.0\n")
+    assert cached_by_loader("libpython3.12.so.1.0", str(system), listing)
+    # a linked alias of the same folder resolves to the same file
+    alias = tmp_path / "lib"
+    alias.symlink_to(system)
+    assert cached_by_loader("libpython3.12.so.1.0", str(alias), listing)
+    # a pyenv-style build elsewhere, or a cache with another copy, or no soname: the folder is needed
+    own = tmp_path / "pyenv-lib"
+    own.mkdir()
+    (own / "libpython3.12.so.1.0").write_bytes(b"")
+    assert not cached_by_loader("libpython3.12.so.1.0", str(own), listing)
+    assert not cached_by_loader("libpython3.12.so.1.0", str(system), listing.replace("3.12", "3.11"))
+    assert not cached_by_loader("", str(system), listing)

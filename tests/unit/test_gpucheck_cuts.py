@@ -15,7 +15,7 @@ from gpucheck import budgets, check, kernel_lengths, shapes, stack, steps
 from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip, keeping
 from gpucheck.deadline import Deadline, StepTimeout, run_logged, start_logged
 from gpucheck.findings import Findings, Found
-from gpucheck.report import FAIL, INCONCLUSIVE, PASS, SKIPPED, Report
+from gpucheck.report import FAIL, FINDING, INCONCLUSIVE, PASS, SKIPPED, Report
 
 
 def _options(tmp_path, deadline=100.0):
@@ -138,9 +138,9 @@ def test_an_essential_step_that_runs_out_of_time_fails(monkeypatch, tmp_path):
 @pytest.mark.parametrize("error, status, result", [
     (RuntimeError("the server under the test cap did not get ready"), INCONCLUSIVE, PASS),
     (Inconclusive("cannot separate on this card"), INCONCLUSIVE, PASS),
-    (ServiceFault("the kit failed: {'6': 'fail'}"), FAIL, FAIL),
+    (ServiceFault("the kit failed: {'6': 'fail'}"), FINDING, PASS),
 ])
-def test_an_optional_step_fails_the_run_only_for_a_fault_of_the_service(monkeypatch, tmp_path, error, status, result):
+def test_an_optional_step_never_decides_the_run_and_a_fault_it_sees_is_a_finding(monkeypatch, tmp_path, error, status, result):
     def raises(ctx):
         raise error
 
@@ -148,6 +148,10 @@ def test_an_optional_step_fails_the_run_only_for_a_fault_of_the_service(monkeypa
                                           check.StepSpec("overcap", "overcap", raises, (), essential=False)])
     assert report.steps["overcap"].status == status
     assert report.result == result
+    if status == FINDING:
+        assert report.findings == ["overcap"] and report.headline == "PASS, with findings: overcap"
+        assert "the kit failed" in report.steps["overcap"].detail
+        assert "with findings: overcap" in (tmp_path / "out" / "report.md").read_text().splitlines()[0]
 
 
 def test_an_essential_steps_inconclusive_outcome_decides_the_run(monkeypatch, tmp_path):
@@ -187,8 +191,10 @@ class FakeServer:
         if self.config_name is None:
             raise TimeoutError(f"not ready after {timeout:.0f} s")
 
+    stopped: list = []
+
     def stop(self, timeout):
-        pass
+        FakeServer.stopped.append((self.config_name, timeout))
 
 
 def test_the_production_attempt_leaves_the_variant_at_least_half_of_the_server_steps_allowance(monkeypatch, tmp_path):
@@ -205,6 +211,53 @@ def test_the_production_attempt_leaves_the_variant_at_least_half_of_the_server_s
     assert production is None and variant == stack.VARIANT
     assert first <= steps.FIRST_ATTEMPT_SHARE * allowance
     assert second >= (1 - steps.FIRST_ATTEMPT_SHARE) * allowance - 1  # a hang of the first did not eat it
+    assert FakeServer.stopped == [(None, 0)]  # the production server that never got ready is killed at once
+
+
+def test_a_slow_warm_up_leaves_the_in_process_step_its_whole_limit_and_the_rest_their_expected_times():
+    gpu = budgets.TIMINGS["gpu"]
+    later = ["inprocess", "server", "service", "acceptance", "overcap", "inprocess_torch"]
+    # with too little left, the warm-up gives way rather than eat into the in-process run
+    assert budgets.allowance("gpu", "kernel_warmup", 250.0, later) < gpu["kernel_warmup"].expected
+    for remaining in (350.0, 378.0, 480.0):
+        warmup = budgets.allowance("gpu", "kernel_warmup", remaining, later)
+        assert warmup >= gpu["kernel_warmup"].expected
+        left = remaining - warmup  # a warm-up that used its whole window
+        assert budgets.allowance("gpu", "inprocess", left, later[1:]) == gpu["inprocess"].limit, remaining
+        assert left - gpu["inprocess"].limit >= sum(gpu[name].expected for name in ("server", "service", "acceptance"))
+
+
+def _fla_fails_then(tmp_path, monkeypatch, left: float):
+    """The in-process step where the run with fla fails with `left` seconds of the step remaining."""
+    ctx = _context(tmp_path, step_seconds=left, kernels=tmp_path / "kernels")
+    calls = []
+
+    def run_inprocess(ctx, out_name, block, seconds=None):
+        calls.append((block, seconds))
+        if not block:
+            (ctx.out / out_name).write_text(json.dumps({"kernels": {"fla": {"importable": True}}}))
+            raise RuntimeError("fla's forward failed")
+        return {"shapes": {}, "bound": {}}
+
+    monkeypatch.setattr(steps, "_run_inprocess", run_inprocess)
+    return ctx, calls
+
+
+def test_the_run_with_fla_leaves_the_torch_fallback_its_need(tmp_path, monkeypatch):
+    ctx, calls = _fla_fails_then(tmp_path, monkeypatch, left=100.0)
+    steps.inprocess_step(ctx)
+    need = budgets.need_of("cpu", "inprocess_torch")
+    (first_block, first_seconds), (second_block, _) = calls
+    assert not first_block and second_block
+    assert first_seconds <= 100.0 - need
+
+
+def test_a_torch_fallback_with_less_than_its_need_left_is_not_started_and_says_why(tmp_path, monkeypatch):
+    need = budgets.need_of("cpu", "inprocess_torch")
+    ctx, calls = _fla_fails_then(tmp_path, monkeypatch, left=need / 2)
+    with pytest.raises(RuntimeError, match="below the .* s the measurement with torch's implementations needs"):
+        steps.inprocess_step(ctx)
+    assert [block for block, _ in calls] == [False]
 
 
 def test_a_single_attempt_has_the_whole_allowance(tmp_path):
