@@ -41,6 +41,8 @@ def parse(argv) -> Options:
     parser.add_argument("--device", choices=("cuda", "cpu"),
                         help="where the model runs (default cuda; cpu with --cpu, or to rehearse the GPU path "
                              "without a card)")
+    parser.add_argument("--only", help="comma-separated steps to run, with the steps they need (to re-run one that "
+                        "did not pass: report.md gives the command)")
     args = parser.parse_args(argv)
     cpu = args.cpu
     device = args.device or ("cpu" if cpu else "cuda")
@@ -57,6 +59,7 @@ def parse(argv) -> Options:
         kit_n=args.kit_n or (3 if cpu else 20),
         deadline=args.deadline or DEADLINES["cpu" if cpu else "gpu"],
         server_root=args.server_root.resolve() if args.server_root else None,
+        only=tuple(name.strip() for name in (args.only or "").split(",") if name.strip()),
     )
 
 

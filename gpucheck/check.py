@@ -10,7 +10,7 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 
-from gpucheck import archive, budgets
+from gpucheck import archive, budgets, diagnosis
 from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip
 from gpucheck.deadline import Deadline, DeadlineReached, kill_all
 from gpucheck.environment import nvidia_smi
@@ -72,6 +72,24 @@ TEARDOWN_SECONDS = {"shim": 5 + 5, "server": 15 + 5, "children": 5, "nvidia_smi"
 RESERVE_SECONDS = sum(TEARDOWN_SECONDS.values())
 
 
+def wanted(only: tuple[str, ...]) -> set[str]:
+    """The steps a run with --only runs: those named, every step they need (transitively), and the environment
+    (what the machine is, for the report); every step when none is named."""
+    if not only:
+        return {spec.name for spec in STEPS}
+    by_name = {spec.name: spec for spec in STEPS}
+    unknown = sorted(set(only) - set(by_name))
+    if unknown:
+        raise ValueError(f"no such step: {', '.join(unknown)} (the steps: {', '.join(by_name)})")
+    chosen, pending = set(), list(only)
+    while pending:
+        name = pending.pop()
+        if name not in chosen:
+            chosen.add(name)
+            pending.extend(by_name[name].needs)
+    return chosen | {"environment"}
+
+
 def _could_run(spec: StepSpec, report: Report) -> bool:
     """False once a step it needs has ended without passing (a step still to run has no detail yet)."""
     def ended_without(step: Step) -> bool:
@@ -127,15 +145,20 @@ def run(options: Options) -> Report:
     _write_out(ctx)
     deadline.arm()
     timings = budgets.TIMINGS[options.mode]
+    chosen = wanted(options.only)
     try:
         for position, spec in enumerate(STEPS):
             step = report.step(spec.name)
+            if spec.name not in chosen:
+                step.status, step.detail = SKIPPED, f"not asked for (--only {','.join(options.only)})"
+                _write_out(ctx)
+                continue
             missing = [need for need in spec.needs if report.step(need).status not in (PASS, SKIPPED)]
             if missing:
                 step.detail = f"not run: needs {', '.join(missing)}"
                 _write_out(ctx)
                 continue
-            later = [other.name for other in STEPS[position + 1:] if _could_run(other, report)]
+            later = [other.name for other in STEPS[position + 1:] if other.name in chosen and _could_run(other, report)]
             allowed = budgets.allowance(options.mode, spec.name, deadline.remaining(), later)
             refusal = _time_refusal(options.mode, spec, allowed, later)
             if refusal:
@@ -145,6 +168,7 @@ def run(options: Options) -> Report:
                 continue
             started = time.monotonic()
             ctx.step_end = started + allowed
+            logs_before = diagnosis.snapshot(options.files)
             try:
                 if spec.decide is not None:
                     ctx.findings = replace(ctx.findings, **spec.decide(ctx))
@@ -168,6 +192,8 @@ def run(options: Options) -> Report:
                 step.seconds = round(time.monotonic() - started, 1)
                 step.data.setdefault("allowance_seconds", round(allowed, 1))
                 step.data.setdefault("limit_seconds", timings[spec.name].limit)
+                if step.status not in (PASS, SKIPPED):
+                    _diagnose(step, options, diagnosis.written_since(options.files, logs_before))
                 _write_out(ctx)
     except (DeadlineReached, KeyboardInterrupt) as exc:
         for step in report.steps.values():
@@ -185,6 +211,13 @@ def run(options: Options) -> Report:
         report.finished = time.time()
         _write_out(ctx)
     return report
+
+
+def _diagnose(step: Step, options: Options, logs: list[str]) -> None:
+    """What one needs to fix a step that did not pass without a second full run (gpucheck.diagnosis)."""
+    step.data["diagnosis"] = {"rerun": diagnosis.rerun_command(step.name, options.checkpoint),
+                              "environment": diagnosis.environment(),
+                              "log_tails": diagnosis.log_tails(options.files, logs)}
 
 
 def _write_out(ctx: Context) -> None:

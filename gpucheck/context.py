@@ -65,6 +65,7 @@ class Options:
     kit_n: int
     deadline: float
     server_root: Path | None = None  # a server tree to use instead of the installed one (rehearsals)
+    only: tuple = ()  # --only: these steps and what they need (gpucheck.check.wanted); () runs every step
 
     @property
     def files(self) -> Path:

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpucheck import libraries
 from intern_decision_model import kernels
 from intern_decision_model.offline import set_offline
 
@@ -194,6 +195,7 @@ def main(argv=None) -> int:
             if position == 0:  # a bucket the kernel warm-up did not reach compiles here: this round is the slow one
                 result.setdefault("first_round_seconds", {})[name] = round(time.perf_counter() - round_started, 2)
     result["warmup_seconds"] = round(time.perf_counter() - started, 2)
+    result["libraries"] = libraries.loaded()  # after a forward pass; compared with the stub's by the server step
     save()
     if args.probe and "probe" in fitted:  # before the timed rounds, so that the cap is measured whatever is left
         result["probe"] = score_probe(engine, memory, predict_calls(fitted["probe"]["body"])[0])

@@ -21,7 +21,8 @@ from pathlib import Path
 FOLDER = "libpython"  # under the carry, and under the scratch folder once unpacked
 _PROBE = ("import json, sys, sysconfig; print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3], "
           "'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED')), "
-          "'libdir': sysconfig.get_config_var('LIBDIR'), 'soname': sysconfig.get_config_var('INSTSONAME')}))")
+          "'libdir': sysconfig.get_config_var('LIBDIR'), 'soname': sysconfig.get_config_var('INSTSONAME'), "
+          "'builtins': sorted(sys.builtin_module_names)}))")
 
 
 def describe(python: str) -> dict:
@@ -65,7 +66,8 @@ def pack(python: str, dest: Path) -> dict:
         packed = dest / f"{source.name}.xz"
         packed.write_bytes(lzma.compress(stripped.read_bytes(), preset=9 | lzma.PRESET_EXTREME))
         stripped_bytes = stripped.stat().st_size
-    info = {"version": facts["version"], "soname": source.name, "built_bytes": source.stat().st_size,
+    info = {"version": facts["version"], "soname": source.name, "builtins": facts["builtins"],
+            "built_bytes": source.stat().st_size,
             "stripped_bytes": stripped_bytes, "carried_bytes": packed.stat().st_size}
     (dest / "libpython.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
@@ -106,3 +108,11 @@ def choose(libdir: str, version: str, carry: Path, scratch: Path) -> dict:
     return {"used": "carried", "libdir": os.pathsep.join(part for part in (fallback["libdir"], libdir) if part),
             "detail": f"the carried fallback, {fallback['soname']} from Python {fallback['version']} (stripped), "
                       f"unpacked into {fallback['libdir']}: the interpreter has none"}
+
+
+def unmet_modules(machine_builtins, carried_builtins, dynload_names) -> list[str]:
+    """The modules the machine's Python builds in that the carried libpython would look for as extension modules
+    in the machine's lib-dynload, where there is none (a Debian or Ubuntu Python builds math, _struct, zlib and
+    others in): with that libpython the stub fails at its first such import."""
+    present = {name.split(".")[0] for name in dynload_names}
+    return sorted(set(machine_builtins) - set(carried_builtins) - present)

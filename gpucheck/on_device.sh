@@ -23,10 +23,17 @@ else
 fi
 echo "== .carry: $(du -sh .carry 2>/dev/null | cut -f1 || echo missing)"
 # where libpython is and the free disk; stops here, by name and with a report in OUT, when either is missing
-if ! python3 -m gpucheck.preflight --out "$out" "$@"; then
+# (exit 3: the machine's own limit, named; 1: anything else)
+python3 -m gpucheck.preflight --out "$out" "$@"
+preflight=$?
+if [ "$preflight" -ne 0 ]; then
   ls -la "$out"
-  exit 1
+  exit "$preflight"
 fi
+# where the loader's cache resolves the CUDA libraries a system folder could hold (the report compares what the
+# stub and the in-process run actually loaded)
+{ /sbin/ldconfig -p 2>/dev/null || ldconfig -p 2>/dev/null; } | grep -E 'lib(nccl|cudnn|cudart|cublas|python3)[^ ]*\.so' \
+  | sed 's/^/== loader cache: /' || true
 
 python3 -m gpucheck --out "$out" "$@"
 status=$?

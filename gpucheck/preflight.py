@@ -9,6 +9,7 @@ not the machine's whole lease.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import sys
@@ -44,19 +45,39 @@ def problems(scratch: Path, checkpoint: str, carry: Path) -> tuple[list[str], di
     found = {"libpython": libpython(), "libpython_carried": carried_libpython(carry), "scratch": str(scratch),
              "free_gib": round(free_bytes(scratch) / GIB, 1), "needed_gib": DISK_NEEDED_GIB[checkpoint]}
     found["libpython_used"] = "machine" if found["libpython"] else ("carried" if found["libpython_carried"] else None)
-    stops = []
+    stops, limits = [], []
+    if found["libpython_used"] == "carried":
+        unmet = carried_unmet(carry)
+        found["libpython_unmet_modules"] = unmet
+        if unmet:
+            limits.append(f"this machine's Python has no libpython of its own and builds {', '.join(unmet)} in; the "
+                          f"carried libpython would load them from its lib-dynload, which has none: the python "
+                          f"backend stub cannot run this Python here (the machine's limit: install its libpython, "
+                          f"e.g. Debian's libpython{sys.version_info[0]}.{sys.version_info[1]})")
     if not found["libpython_used"]:
         stops.append("libpython %d.%d is missing (the python backend stub links it) and none is carried: no server "
                      "can start" % sys.version_info[:2])
     if found["free_gib"] < found["needed_gib"]:
         stops.append(f"{found['free_gib']} GiB free under {scratch}, below the {found['needed_gib']} GiB the "
                      f"{checkpoint} checkpoint needs")
-    return stops, found
+    return stops + limits, dict(found, limits=limits)
+
+
+def carried_unmet(carry: Path) -> list[str]:
+    """carried.unmet_modules for this interpreter and the carried libpython ([] when the carry does not say what it
+    builds in: an older carry)."""
+    info_path = carry / carried.FOLDER / "libpython.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    if "builtins" not in info:
+        return []
+    dynload = Path(sysconfig.get_config_var("DESTSHARED") or "")
+    names = [path.name for path in dynload.glob("*.so")] if dynload.is_dir() else []
+    return carried.unmet_modules(sys.builtin_module_names, info["builtins"], names)
 
 
 def main(argv=None) -> int:
     from gpucheck.__main__ import parse
-    from gpucheck.report import FAIL, Report, Step
+    from gpucheck.report import FAIL, INCONCLUSIVE, Report, Step
 
     options = parse(argv)
     stops, found = problems(options.scratch, options.checkpoint, options.carry)
@@ -68,13 +89,15 @@ def main(argv=None) -> int:
     print(f"== disk: {found['free_gib']} GiB free under {found['scratch']} ({found['needed_gib']} GiB needed)")
     if not stops:
         return 0
+    # the machine's limit alone (nothing of ours failed): inconclusive, named; anything else a failure
+    status = INCONCLUSIVE if stops == found["limits"] else FAIL
     report = Report(options.out, options.mode, options.deadline,
-                    [Step("preflight", "what the check cannot do without", FAIL, 0.0, "stopped: " + "; ".join(stops),
+                    [Step("preflight", "what the check cannot do without", status, 0.0, "stopped: " + "; ".join(stops),
                           found)])
     report.finished = report.started
     report.write()
     print("== STOP: " + "; ".join(stops))
-    return 1
+    return 3 if status == INCONCLUSIVE else 1
 
 
 if __name__ == "__main__":

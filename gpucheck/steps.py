@@ -16,7 +16,7 @@ from pathlib import Path
 from devstack.fixture import BUILD_SCRIPT, FixturePins
 from devstack.shim import ShimServer
 from devstack.triton import bundled_server_root, interpreter_libdir
-from gpucheck import acceptance_kit, budgets, install, kernel_lengths, libpython, stub
+from gpucheck import acceptance_kit, budgets, install, kernel_lengths, libpython, libraries, stub
 from gpucheck.cap import plan_caps, unmeasured
 from gpucheck.carry import REPO_ROOT
 from gpucheck.context import Context, Inconclusive, ServiceFault, Skip, dtype_of, keeping, script_environment
@@ -366,15 +366,29 @@ def server_step(ctx: Context) -> Found:
         nvidia_smi(ctx.out / "nvidia-smi.txt", "serving (after startup)")
     served = (facts.get("model") or {}).get("linear_attention")
     server, shim = ctx.stack.server, ctx.stack.shim
+    loaded = _libraries_compared(server.pid, (findings.inprocess or {}).get("libraries") or {})
     data = {"config": ctx.stack.config, "attempts": ctx.stack.attempts, "ready_seconds": ready_seconds,
             "vram_cap_gib": cap, "caps": findings.caps,
             "kernels_exposed": bool(findings.kernels_bound and findings.kernels), "health": facts,
             "linear_attention": served, "slow_kernels_allowed": findings.slow_kernels_allowed,
-            "triton": server.http_url, "metrics": server.metrics_url, "shim": shim.url}
+            "triton": server.http_url, "metrics": server.metrics_url, "shim": shim.url, "libraries": loaded}
     capped = f", production VRAM cap {cap} GiB" if cap else (", uncapped" if ctx.cuda else "")
     slow = ", INTERN_DECISION_ALLOW_SLOW_KERNELS=1 set by the check" if findings.slow_kernels_allowed else ""
+    differ = "; ".join(f"{name}: stub {files[0]}, in-process {files[1]}" for name, files in loaded["differ"].items())
     return Found(f"config {ctx.stack.config} ready after {ready_seconds} s{capped}; linear attention {served}{slow}; "
-                 f"shim on {shim.url}; /health {facts.get('status')}", data)
+                 f"shim on {shim.url}; /health {facts.get('status')}; "
+                 + (f"libraries NOT the in-process run's: {differ}" if differ else
+                    f"{len(loaded['stub'])} watched libraries, the same files as in-process where both loaded them"),
+                 data)
+
+
+def _libraries_compared(server_pid: int | None, inprocess: dict) -> dict:
+    """The watched libraries the model's stub loaded (gpucheck.libraries), against the in-process run's."""
+    stub_libraries: dict = {}
+    for pid in libraries.children(server_pid) if server_pid else []:
+        stub_libraries.update(libraries.loaded(pid))
+    return {"stub": stub_libraries, "inprocess": inprocess,
+            "differ": libraries.differences(stub_libraries, inprocess)}
 
 
 SERVICE_LAST_ROUND_SECONDS = 5  # a shape's last request may start just before its slice ends

@@ -84,6 +84,7 @@ def render_markdown(report: dict) -> str:
     if facts:
         lines += ["", "## Facts", ""]
         lines += [f"- {key}: {value}" for key, value in facts.items() if key != "latency"]
+    lines += diagnosis_lines(report["steps"])
     lines += ["", "Files: report.json (everything above and each step's data); gpucheck-files.tar.gz: the logs of each "
               "step, tritonserver-<config>.log, shim.log, nvidia-smi.txt (GPU), acceptance/ (the kit's report).", ""]
     return "\n".join(lines)
@@ -107,3 +108,18 @@ def fla_line(facts: dict) -> str:
     return (f"**flash-linear-attention {'served' if served else 'did not serve'}; warm-up: "
             f"{facts.get('fla_warmup') or 'not run'}; first in-process call "
             f"{facts.get('fla_first_inprocess_call_seconds', '—')} s.**")
+
+
+def diagnosis_lines(steps: list) -> list[str]:
+    """For each step that did not pass: the command that re-runs it alone, and the tails of the logs it wrote."""
+    lines = []
+    for step in steps:
+        found = (step.get("data") or {}).get("diagnosis")
+        if not found:
+            continue
+        lines += ["", f"## {step['name']}: {step['status']}", "", f"Re-run it alone: `{found['rerun']}`", ""]
+        if found.get("environment"):
+            lines += [f"- {name}: `{value}`" for name, value in found["environment"].items()] + [""]
+        for name, text in (found.get("log_tails") or {}).items():
+            lines += [f"Last lines of `{name}`:", "", "```", text, "```", ""]
+    return lines

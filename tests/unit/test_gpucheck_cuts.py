@@ -6,6 +6,7 @@ sends."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import sys
 import time
 
@@ -338,3 +339,45 @@ def test_a_run_whose_warm_up_is_cut_and_whose_optional_step_runs_out_passes_with
     with tarfile.open(out / check.ARCHIVE_NAME) as archive:
         warm = json.loads(archive.extractfile("gpucheck-files/kernel-warmup.json").read())
     assert warm["lengths"] == WARMED
+
+
+def test_only_runs_the_named_step_with_what_it_needs_and_says_so_of_the_rest(monkeypatch, tmp_path):
+    assert check.wanted(("service",)) == {"environment", "install", "stub", "checkpoint", "shapes", "server", "service"}
+    assert check.wanted(()) == {spec.name for spec in check.STEPS}
+    with pytest.raises(ValueError, match="no such step: servr"):
+        check.wanted(("servr",))
+    ran = []
+
+    def records(name):
+        def step(ctx):
+            ran.append(name)
+            return Found(name)
+        return step
+
+    specs = [check.StepSpec(spec.name, spec.name, records(spec.name), spec.needs, essential=spec.essential)
+             for spec in check.STEPS]
+    monkeypatch.setattr(check, "STEPS", tuple(specs))
+    monkeypatch.setattr(check, "RESERVE_SECONDS", 0.5)
+    options = replace(_options(tmp_path), only=("server",))
+    report = check.run(options)
+    assert ran == ["environment", "install", "stub", "checkpoint", "server"]
+    assert report.steps["acceptance"].status == SKIPPED and "--only server" in report.steps["acceptance"].detail
+    assert report.result == PASS
+
+
+def test_a_step_that_did_not_pass_leaves_its_log_tails_environment_and_the_command_that_re_runs_it(monkeypatch,
+                                                                                                   tmp_path):
+    def fails_with_a_log(ctx):
+        (ctx.out / "server.log").write_text("\n".join(f"line {n}" for n in range(100)) + "\nStartupRefused: cap\n")
+        raise RuntimeError("tritonserver did not get ready")
+
+    report = _run(monkeypatch, tmp_path, [check.StepSpec("checkpoint", "checkpoint", _passes, ()),
+                                          check.StepSpec("server", "server", fails_with_a_log, ("checkpoint",))])
+    found = report.steps["server"].data["diagnosis"]
+    assert found["rerun"] == 'bash gpucheck/on_device.sh "$OUT" --only server --checkpoint fixture'
+    assert list(found["log_tails"]) == ["server.log"]
+    assert found["log_tails"]["server.log"].endswith("StartupRefused: cap")
+    assert len(found["log_tails"]["server.log"].splitlines()) == 25
+    assert "diagnosis" not in report.steps["checkpoint"].data
+    written = (tmp_path / "out" / "report.md").read_text()
+    assert "## server: fail" in written and "--only server" in written and "StartupRefused: cap" in written

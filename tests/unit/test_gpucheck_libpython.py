@@ -82,3 +82,30 @@ def test_the_carry_with_the_fallback_and_the_repository_fits_the_machines_64_mib
     assert carried <= carry.TARGET_BYTES
     assert carried + collect.repository_bytes() <= carry.LIMIT_BYTES
 
+
+
+def test_a_carried_libpython_that_would_miss_the_machines_built_in_modules_stops_the_run_by_name_in_seconds(
+        tmp_path, monkeypatch, capsys):
+    # An Ubuntu Python 3.12 builds math, _struct, zlib, ... in, and its lib-dynload has no .so for them; a pyenv
+    # build's libpython loads them as extension modules.
+    assert libpython.unmet_modules(["math", "_struct", "zlib", "sys"], ["sys"],
+                                   ["_ssl.cpython-312-x86_64-linux-gnu.so", "zlib.cpython-312-x86_64-linux-gnu.so"]) \
+        == ["_struct", "math"]
+    carried = tmp_path / "carry" / libpython.FOLDER
+    carried.mkdir(parents=True)
+    (carried / f"libpython{VERSION}.so.1.0.xz").write_bytes(b"")
+    (carried / "libpython.json").write_text('{"version": "%s.1", "builtins": ["sys"]}' % VERSION)
+    monkeypatch.setattr(preflight, "libpython", lambda: [])
+    monkeypatch.setattr(preflight, "free_bytes", lambda folder: 50 * preflight.GIB)
+    monkeypatch.setattr(preflight.sys, "builtin_module_names", ("sys", "math", "_definitely_not_in_dynload"))
+    out = tmp_path / "out"
+    assert preflight.main(["--out", str(out), "--scratch", str(tmp_path / "s"), "--carry", str(tmp_path / "carry")]) \
+        == 3
+    assert "_definitely_not_in_dynload" in capsys.readouterr().out
+    report = (out / "report.json").read_text()
+    assert '"status": "inconclusive"' in report and "the machine's limit" in report
+
+
+def test_what_the_carried_libpython_builds_in_is_recorded_when_it_is_packed(packed):
+    _, info = packed
+    assert "sys" in info["builtins"] and "builtins" in info["builtins"]
