@@ -446,7 +446,7 @@ def acceptance_step(ctx: Context) -> Found:
         raise Skip("no acceptance check but check 6 selected")
     with keeping({"vram_cap_gib": ctx.findings.caps["production_gib"] if ctx.cuda else None}) as data:
         _run_kit(ctx, data, checks, "acceptance")
-    unproven = [check for check, status in data["checks"].items() if status in ("inconclusive", "not_run")]
+    unproven = [check for check in checks if data["checks"].get(check) in ("inconclusive", "not_run")]
     return Found("checks " + ", ".join(f"{check} {status}" for check, status in data["checks"].items())
                  + (f"; unproven, not deciding: {', '.join(unproven)} (the kit's report says why)" if unproven else ""),
                  data)
