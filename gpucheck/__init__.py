@@ -14,11 +14,13 @@ Module map, in the order a run meets them:
 * The runner: ``check`` runs the steps in order, records what each returns (``findings``: Found and Findings) into
   the ``context``, and tears down; ``budgets`` gives each step its allowance and decides what gives way when time is
   short; ``deadline`` holds the overall deadline and the subprocesses that cannot outlive it; ``report``, ``summary``
-  and ``archive`` write report.json, report.md and the archive after every step.
+  and ``archive`` write report.json, report.md and the archive after every step; ``diagnosis`` leaves, for a step that
+  did not pass, its log tails, its environment and the ``--only`` command that re-runs it.
 * The steps (``steps``), each with its helpers: the machine (``environment``), the service's environment
   (``install``, ``shadowed``: what numpy 2 packages to hide), the python backend stub and its libraries (``stub``,
-  ``libpython``), the checkpoint (``checkpoint_code``), the request shapes (``shapes``, ``fit``), the kernel warm-up
-  (``warm_kernels``, and ``kernel_lengths``: which lengths, by fla's autotuning buckets), the in-process figures
-  (``inprocess``, ``stats``), the VRAM caps (``cap``), the served stack (``stack``), the service's timings
-  (``service``) and the acceptance kit (``acceptance_kit``).
+  ``libpython``, ``libraries``: which CUDA libraries the stub and the in-process run loaded), the checkpoint
+  (``checkpoint_code``), the request shapes (``shapes``, ``fit``), the kernel warm-up (``warm_kernels``, and
+  ``kernel_lengths``: which lengths, by fla's autotuning buckets), the in-process figures (``inprocess``,
+  ``stats``), the VRAM caps (``cap``), the served stack (``stack``), the service's timings (``service``) and the
+  acceptance kit (``acceptance_kit``).
 """

@@ -43,13 +43,16 @@ import tarfile
 import time
 from pathlib import Path
 
+from gpucheck import carry
 from gpucheck.carry import DEFAULT_DIR, REPO_ROOT
 
 BASE_PYTHON = "3.12"
 # The GPU machine's versions where transformers' imports reach them; what it has beside (pandas, OpenCV, pillow,
-# torchvision, accelerate) as current releases built for numpy 2.
+# torchvision, accelerate) as current releases built for numpy 2; and the service's dependencies it has, which are
+# not carried (gpucheck.carry.ON_MACHINE).
 BASE_REQUIREMENTS = ("torch==2.11.0", "torchvision==0.26.0", "transformers==5.17.0", "numpy>=2.5", "scipy",
-                     "scikit-learn", "pandas", "opencv-python-headless", "pillow", "accelerate")
+                     "scikit-learn", "pandas", "opencv-python-headless", "pillow", "accelerate",
+                     *carry.ON_MACHINE_PINNED)
 DEVICE_ARGUMENTS = ("--device", "cpu", "--checkpoint", "synthetic-small")
 # What the GPU machine sends back of $OUT.
 RETURN_FILES, RETURN_FILE_BYTES, RETURN_TOTAL_BYTES, RETURN_DEPTH = 8, 16 * 1024 ** 2, 64 * 1024 ** 2, 2

@@ -141,7 +141,8 @@ def test_an_essential_step_that_runs_out_of_time_fails(monkeypatch, tmp_path):
     (Inconclusive("cannot separate on this card"), INCONCLUSIVE, PASS),
     (ServiceFault("the kit failed: {'6': 'fail'}"), FINDING, PASS),
 ])
-def test_an_optional_step_never_decides_the_run_and_a_fault_it_sees_is_a_finding(monkeypatch, tmp_path, error, status, result):
+def test_an_optional_step_never_decides_the_run_and_a_fault_it_sees_is_a_finding(monkeypatch, tmp_path, error, status,
+                                                                                  result):
     def raises(ctx):
         raise error
 

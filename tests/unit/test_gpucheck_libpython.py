@@ -77,10 +77,22 @@ def test_the_preflight_goes_on_with_the_carried_one_and_says_so(tmp_path, monkey
     assert not out.exists()
 
 
-def test_the_carry_with_the_fallback_and_the_repository_fits_the_machines_64_mib():
+def test_the_carry_with_the_fallback_and_the_repository_leave_6_mib_of_the_machines_64():
     carried = sum(carry.MEASURED_MIB.values()) * MIB
+    assert carry.HEADROOM_BYTES >= 6 * MIB
     assert carried <= carry.TARGET_BYTES
-    assert carried + collect.repository_bytes() <= carry.LIMIT_BYTES
+    assert carried + collect.repository_bytes() <= carry.LIMIT_BYTES - carry.HEADROOM_BYTES
+
+
+def test_the_service_dependencies_the_machine_has_are_not_carried_and_the_rest_are():
+    assert carry.carried_on_machine("aiohttp-3.14.5-cp312-cp312-manylinux2014_x86_64.whl")
+    assert carry.carried_on_machine("ml_dtypes-0.5.4-cp312-cp312-manylinux_2_27_x86_64.whl")
+    assert carry.carried_on_machine("typing_extensions-4.16.0-py3-none-any.whl")
+    for kept in ("numpy-1.26.4-cp312-cp312-manylinux_2_17_x86_64.whl", "tritonclient-2.73.0-py3-none-any.whl",
+                 "gevent-26.9.0-cp312-cp312-manylinux_2_28_x86_64.whl", "starlette-1.10.0-py3-none-any.whl"):
+        assert not carry.carried_on_machine(kept), kept
+    # numpy itself is never taken from the machine: the stub needs numpy 1.x, the machine has 2
+    assert "numpy" not in carry.ON_MACHINE
 
 
 
@@ -109,3 +121,20 @@ def test_a_carried_libpython_that_would_miss_the_machines_built_in_modules_stops
 def test_what_the_carried_libpython_builds_in_is_recorded_when_it_is_packed(packed):
     _, info = packed
     assert "sys" in info["builtins"] and "builtins" in info["builtins"]
+
+
+def test_debians_own_python_with_a_carried_pyenv_libpython_is_stopped_by_name(packed):
+    # Debian's python3 builds math, _struct, _socket, select, zlib and binascii in, as the GPU machine's Ubuntu Python
+    # does; the carried libpython here is this pyenv build's, which loads them from lib-dynload.
+    debian = f"/usr/bin/python{VERSION}"
+    assert os.path.exists(debian), f"{debian}: Debian's python{VERSION} (the machines of this project have it)"
+    folder, _ = packed
+    done = subprocess.run(
+        [debian, "-I", "-c", "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+         "from gpucheck import preflight; print(','.join(preflight.carried_unmet(Path(sys.argv[2]))))",
+         str(carry.REPO_ROOT), str(folder)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    unmet = set(done.stdout.strip().split(","))
+    assert {"math", "_struct", "_socket", "select", "zlib", "binascii"} <= unmet
+    # and this interpreter, whose own build the carry is, misses nothing
+    assert preflight.carried_unmet(folder) == []
