@@ -11,6 +11,7 @@ gpucheck.collect writes it; gpucheck's install step reads it.
 """
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +24,7 @@ MANIFEST = "manifest.json"
 LIMIT_BYTES = 64 * 1024 ** 2  # the carry and the repository together: what the GPU machine takes
 # What gpucheck.collect wrote, measured (MiB; docs/gpu-check.md, "What to carry"); the libpython fallback is a
 # stripped 3.12.1 (30.4 MB as built, 7.0 stripped).
-MEASURED_MIB = {"tritonserver.tar.xz": 23.97, "wheels": 24.6, "kernel-wheels": 1.22, "libpython": 1.46}
+MEASURED_MIB = {"tritonserver.tar.xz": 23.97, "wheels": 19.24, "kernel-wheels": 1.22, "libpython": 1.46}
 HEADROOM_BYTES = 6 * 1024 ** 2  # kept free of the 64 MiB by the carry and the repository, for the repository to grow
 TARGET_BYTES = 56 * 1024 ** 2  # what gpucheck.collect allows the carry alone
 PYTHON_VERSION = "3.12"
@@ -44,12 +45,15 @@ SERVICE_REQUIREMENTS = (
     "numpy<2",
 )
 # Distributions of the service's closure that the GPU machine's Python already has, at versions that satisfy it and
-# need no numpy 2 (none is in the first run's hidden list): pip takes the machine's, so their wheels are not carried
-# (about 8 MiB, ml_dtypes 4.8 of it). The rehearsal's base has them, as the machine does.
+# need no numpy 2: pip keeps an installed version that satisfies, so their wheels are not carried (about 3.6 MiB).
+# ml_dtypes is not among them: the machine's is newer than tritonclient's `ml-dtypes<=0.5.4` (seen there), so the
+# carried 0.5.4 is the one installed. The rehearsal's base has them, and a newer ml_dtypes, as the machine does.
 ON_MACHINE = ("aiohttp", "aiohappyeyeballs", "aiosignal", "anyio", "attrs", "certifi", "click", "frozenlist", "h11",
-              "idna", "ml_dtypes", "multidict", "propcache", "typing_extensions", "urllib3", "yarl")
-# As the rehearsal's base installs them: ml_dtypes at a release that, like the machine's, takes numpy 1.26 on 3.12.
-ON_MACHINE_PINNED = tuple("ml_dtypes==0.5.4" if name == "ml_dtypes" else name for name in ON_MACHINE)
+              "idna", "multidict", "propcache", "typing_extensions", "urllib3", "yarl")
+MACHINE_ALSO = ("ml_dtypes>0.5.4",)
+# Wheels above this size are carried with their members recompressed as LZMA (zipfile reads it, and so pip does; the
+# RECORD's hashes are of the members' bytes, which do not change): numpy 17.1 MiB as published, 9.8 carried.
+REPACK_ABOVE_BYTES = 1024 ** 2
 KERNEL_REQUIREMENTS = ("flash-linear-attention==0.5.2", "fla-core==0.5.2", "einops")
 SERVER_WHEEL = "nvidia-pytriton==0.7.0"
 
@@ -87,3 +91,12 @@ def server_member_wanted(name: str, python_version: str = PYTHON_VERSION) -> boo
 def carried_on_machine(wheel_name: str) -> bool:
     """Whether a downloaded wheel is of a distribution the GPU machine has (ON_MACHINE), and so is not carried."""
     return wheel_name.split("-")[0].lower().replace("-", "_").replace(".", "_") in ON_MACHINE
+
+
+def repack_lzma(wheel: Path) -> None:
+    """The wheel rewritten in place with every member LZMA-compressed, names, order and bytes unchanged."""
+    packed = wheel.with_name(wheel.name + ".lzma")
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_LZMA) as target:
+        for info in source.infolist():
+            target.writestr(info, source.read(info), compress_type=zipfile.ZIP_LZMA)
+    packed.replace(wheel)

@@ -119,6 +119,8 @@ def collect(dest: Path, python_version: str = carry.PYTHON_VERSION, libpython_fr
     for wheel in (dest / carry.WHEELS).glob("*.whl"):
         if carry.carried_on_machine(wheel.name):
             wheel.unlink()
+        elif wheel.stat().st_size > carry.REPACK_ABOVE_BYTES:
+            carry.repack_lzma(wheel)
     pip_download(dest / carry.KERNEL_WHEELS, carry.KERNEL_REQUIREMENTS, False, python_version)
     with tempfile.TemporaryDirectory() as scratch:
         wheel = download_server_wheel(Path(scratch))

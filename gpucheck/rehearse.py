@@ -52,7 +52,7 @@ BASE_PYTHON = "3.12"
 # not carried (gpucheck.carry.ON_MACHINE).
 BASE_REQUIREMENTS = ("torch==2.11.0", "torchvision==0.26.0", "transformers==5.17.0", "numpy>=2.5", "scipy",
                      "scikit-learn", "pandas", "opencv-python-headless", "pillow", "accelerate",
-                     *carry.ON_MACHINE_PINNED)
+                     *carry.ON_MACHINE, *carry.MACHINE_ALSO)
 DEVICE_ARGUMENTS = ("--device", "cpu", "--checkpoint", "synthetic-small")
 # What the GPU machine sends back of $OUT.
 RETURN_FILES, RETURN_FILE_BYTES, RETURN_TOTAL_BYTES, RETURN_DEPTH = 8, 16 * 1024 ** 2, 64 * 1024 ** 2, 2

@@ -86,9 +86,10 @@ def test_the_carry_with_the_fallback_and_the_repository_leave_6_mib_of_the_machi
 
 def test_the_service_dependencies_the_machine_has_are_not_carried_and_the_rest_are():
     assert carry.carried_on_machine("aiohttp-3.14.5-cp312-cp312-manylinux2014_x86_64.whl")
-    assert carry.carried_on_machine("ml_dtypes-0.5.4-cp312-cp312-manylinux_2_27_x86_64.whl")
     assert carry.carried_on_machine("typing_extensions-4.16.0-py3-none-any.whl")
+    # the machine's ml_dtypes is newer than tritonclient takes: the carried one is installed there
     for kept in ("numpy-1.26.4-cp312-cp312-manylinux_2_17_x86_64.whl", "tritonclient-2.73.0-py3-none-any.whl",
+                 "ml_dtypes-0.5.4-cp312-cp312-manylinux_2_27_x86_64.whl",
                  "gevent-26.9.0-cp312-cp312-manylinux_2_28_x86_64.whl", "starlette-1.10.0-py3-none-any.whl"):
         assert not carry.carried_on_machine(kept), kept
     # numpy itself is never taken from the machine: the stub needs numpy 1.x, the machine has 2
@@ -138,3 +139,32 @@ def test_debians_own_python_with_a_carried_pyenv_libpython_is_stopped_by_name(pa
     assert {"math", "_struct", "_socket", "select", "zlib", "binascii"} <= unmet
     # and this interpreter, whose own build the carry is, misses nothing
     assert preflight.carried_unmet(folder) == []
+
+
+def test_a_repacked_wheel_installs_with_the_same_files_and_hashes(tmp_path):
+    import base64
+    import hashlib
+    import zipfile
+
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    payload = b"VALUE = 42\n" * 5000
+    digest = base64.urlsafe_b64encode(hashlib.sha256(payload).digest()).rstrip(b"=").decode()
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as out:
+        out.writestr("demo/__init__.py", payload)
+        out.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+        out.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\n"
+                                                 "Tag: py3-none-any\n")
+        out.writestr("demo-1.0.dist-info/RECORD", f"demo/__init__.py,sha256={digest},{len(payload)}\n"
+                                                  "demo-1.0.dist-info/METADATA,,\ndemo-1.0.dist-info/WHEEL,,\n"
+                                                  "demo-1.0.dist-info/RECORD,,\n")
+    before = zipfile.ZipFile(wheel).namelist()
+    carry.repack_lzma(wheel)
+    with zipfile.ZipFile(wheel) as packed:
+        assert packed.namelist() == before
+        assert {info.compress_type for info in packed.infolist()} == {zipfile.ZIP_LZMA}
+        assert packed.read("demo/__init__.py") == payload
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                           "--disable-pip-version-check", "--target", str(tmp_path / "site"), str(wheel)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "demo" / "__init__.py").read_bytes() == payload
