@@ -2,6 +2,7 @@
 and the runner's resources), and the two outcomes a step may end with besides passing or failing."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -159,3 +160,11 @@ def script_environment(extra: dict | None = None) -> dict:
     env.update(OFFLINE_ENV, HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
     env.update(extra or {})
     return env
+
+
+def written_so_far(path: Path) -> dict:
+    """What a script wrote to its JSON file up to now ({} when nothing, or nothing whole yet)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from gpucheck import budgets, check, kernel_lengths, shapes, stack, steps
+from gpucheck import budgets, check, kernel_lengths, shapes, stack
+from gpucheck.steps import baseline, model, served
 from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip, keeping
 from gpucheck.deadline import Deadline, StepTimeout, run_logged, start_logged
 from gpucheck.findings import Findings, Found
@@ -63,7 +64,7 @@ def test_a_warm_up_still_running_at_its_limit_is_stopped_recorded_and_skipped(tm
     _start_fake_warmup(ctx, WARMED, warmed=False, then="hang")
     job = ctx.warmup_job
     with pytest.raises(Skip) as skipped:
-        steps.kernel_warmup_step(ctx)
+        model.kernel_warmup_step(ctx)
     assert "recorded, not a failure" in str(skipped.value) and "still running at its" in str(skipped.value)
     assert "warmed at 289, 798 tokens" in str(skipped.value)
     assert job.poll() is not None  # stopped, not left compiling beside the in-process run
@@ -77,7 +78,7 @@ def test_a_warm_up_stopped_before_it_wrote_anything_is_named_in_the_facts_not_ta
     held = [sys.executable, "-c", "import time; time.sleep(60)"]  # still in its imports: no JSON yet
     ctx.start_warmup(lambda: start_logged(held, ctx.out / "kernel-warmup.log", stdout_to_log=True))
     with pytest.raises(Skip) as skipped:
-        steps.kernel_warmup_step(ctx)
+        model.kernel_warmup_step(ctx)
     assert "still running at its" in str(skipped.value) and "warmed at no length" in str(skipped.value)
     assert check._warmup_fact(skipped.value.data) == f"not warmed: {skipped.value.data['cut']}"
 
@@ -87,7 +88,7 @@ def test_a_warm_up_that_fails_at_some_lengths_is_recorded_and_skipped(tmp_path):
     lengths = {**WARMED, "5121": {"error": "OutOfResources: shared memory"}}
     _start_fake_warmup(ctx, lengths, warmed=False, then="0")
     with pytest.raises(Skip, match=r"fla failed at 5121 tokens \(OutOfResources: shared memory\)") as skipped:
-        steps.kernel_warmup_step(ctx)
+        model.kernel_warmup_step(ctx)
     assert skipped.value.data["lengths"] == lengths
 
 
@@ -95,13 +96,13 @@ def test_a_warm_up_that_exits_with_an_error_is_recorded_and_skipped(tmp_path):
     ctx = _context(tmp_path)
     _start_fake_warmup(ctx, {"289": WARMED["289"]}, warmed=False, then="1")
     with pytest.raises(Skip, match="exited with an error"):
-        steps.kernel_warmup_step(ctx)
+        model.kernel_warmup_step(ctx)
 
 
 def test_a_whole_warm_up_passes_with_its_first_calls(tmp_path):
     ctx = _context(tmp_path)
     _start_fake_warmup(ctx, WARMED, warmed=True, then="0")
-    found = steps.kernel_warmup_step(ctx)
+    found = model.kernel_warmup_step(ctx)
     assert "289 tokens 9.1 s (then 0.01 s)" in found.summary
 
 
@@ -207,12 +208,12 @@ def test_the_production_attempt_leaves_the_variant_at_least_half_of_the_server_s
     attempts = [("production", None), ("variant", stack.VARIANT)]
     server, label, tried = stack.start_server(
         attempts, {}, tmp_path, tmp_path, sys.executable, tmp_path,
-        lambda position: steps.attempt_timeout(ctx, allowance, position, len(attempts)))
+        lambda position: served.attempt_timeout(ctx, allowance, position, len(attempts)))
     assert label == "variant" and [entry["ready"] for entry in tried] == [False, True]
     (production, first), (variant, second) = FakeServer.waited
     assert production is None and variant == stack.VARIANT
-    assert first <= steps.FIRST_ATTEMPT_SHARE * allowance
-    assert second >= (1 - steps.FIRST_ATTEMPT_SHARE) * allowance - 1  # a hang of the first did not eat it
+    assert first <= served.FIRST_ATTEMPT_SHARE * allowance
+    assert second >= (1 - served.FIRST_ATTEMPT_SHARE) * allowance - 1  # a hang of the first did not eat it
     assert FakeServer.stopped == [(None, 0)]  # the production server that never got ready is killed at once
 
 
@@ -241,13 +242,13 @@ def _fla_fails_then(tmp_path, monkeypatch, left: float):
             raise RuntimeError("fla's forward failed")
         return {"shapes": {}, "bound": {}}
 
-    monkeypatch.setattr(steps, "_run_inprocess", run_inprocess)
+    monkeypatch.setattr(baseline, "_run_inprocess", run_inprocess)
     return ctx, calls
 
 
 def test_the_run_with_fla_leaves_the_torch_fallback_its_need(tmp_path, monkeypatch):
     ctx, calls = _fla_fails_then(tmp_path, monkeypatch, left=100.0)
-    steps.inprocess_step(ctx)
+    baseline.inprocess_step(ctx)
     need = budgets.need_of("cpu", "inprocess_torch")
     (first_block, first_seconds), (second_block, _) = calls
     assert not first_block and second_block
@@ -258,28 +259,28 @@ def test_a_torch_fallback_with_less_than_its_need_left_is_not_started_and_says_w
     need = budgets.need_of("cpu", "inprocess_torch")
     ctx, calls = _fla_fails_then(tmp_path, monkeypatch, left=need / 2)
     with pytest.raises(RuntimeError, match="below the .* s the measurement with torch's implementations needs"):
-        steps.inprocess_step(ctx)
+        baseline.inprocess_step(ctx)
     assert [block for block, _ in calls] == [False]
 
 
 def test_a_single_attempt_has_the_whole_allowance(tmp_path):
     ctx = _context(tmp_path, step_seconds=150.0)
-    assert steps.attempt_timeout(ctx, 150.0, 0, 1) > 140
+    assert served.attempt_timeout(ctx, 150.0, 0, 1) > 140
 
 
 def test_on_the_gpu_machine_the_variant_has_at_least_its_expected_start():
     limit = budgets.TIMINGS["gpu"]["server"].limit
-    assert limit * (1 - steps.FIRST_ATTEMPT_SHARE) >= budgets.TIMINGS["gpu"]["server"].expected
+    assert limit * (1 - served.FIRST_ATTEMPT_SHARE) >= budgets.TIMINGS["gpu"]["server"].expected
 
 
 def test_every_length_the_check_sends_falls_in_a_bucket_the_warm_up_covers():
-    warmed = {kernel_lengths.bucket(length) for length in steps.WARM_LENGTHS}
+    warmed = {kernel_lengths.bucket(length) for length in model.WARM_LENGTHS}
     # the shapes' calls, and check 5's and 6's growth probes: any length up to MAX_TOKENS
     for length in range(1, kernel_lengths.MAX_TOKENS + 1):
         assert kernel_lengths.bucket(length) in warmed, length
     for length in (289, 364, 798, 3900, 7900):
-        assert length in steps.WARM_LENGTHS  # the shapes' own lengths, compiled exactly as they are sent
-    assert any(4097 <= length <= 6144 for length in steps.WARM_LENGTHS)  # check 5's probes cross it
+        assert length in model.WARM_LENGTHS  # the shapes' own lengths, compiled exactly as they are sent
+    assert any(4097 <= length <= 6144 for length in model.WARM_LENGTHS)  # check 5's probes cross it
 
 
 def test_the_buckets_are_fla_0_5_2s_l2norm_keys_on_the_models_heads():
@@ -294,7 +295,7 @@ def test_the_buckets_are_fla_0_5_2s_l2norm_keys_on_the_models_heads():
 
 def test_the_shapes_lengths_are_warmed_first_so_a_cut_warm_up_has_done_the_timed_ones():
     timed = [target for _, _, target, is_timed in shapes.SHAPES.values() if target and is_timed]
-    assert steps.WARM_LENGTHS[:len(timed) + len(kernel_lengths.CRITERIA_CALLS)] == \
+    assert model.WARM_LENGTHS[:len(timed) + len(kernel_lengths.CRITERIA_CALLS)] == \
         [timed[0], *kernel_lengths.CRITERIA_CALLS, *timed[1:]]
 
 
@@ -305,11 +306,11 @@ def test_the_in_process_step_says_which_lengths_compiled_where(tmp_path):
     (ctx.out / "kernel-warmup.json").write_text(json.dumps({"lengths": {
         "289": {"first_seconds": 9.0, "second_seconds": 0.01}, "798": {"first_seconds": 1.0, "second_seconds": 0.01},
         "3900": {"error": "CompilationError"}}}))  # cut before 7,900, failed at 3,900
-    result = {"bound": {"gated_delta_rule": {"path": steps.FAST}}}
-    assert steps._where_compiled(ctx, result) == {
+    result = {"bound": {"gated_delta_rule": {"path": baseline.FAST}}}
+    assert baseline._where_compiled(ctx, result) == {
         "anchor": {"289": "warm-up"}, "criteria21": {"798": "warm-up", "364": "warm-up"},
         "long16": {"3900": "in-process"}, "probe": {"7900": "in-process"}}
-    assert steps._where_compiled(ctx, {"bound": {"gated_delta_rule": {"path": "reference"}}}) is None
+    assert baseline._where_compiled(ctx, {"bound": {"gated_delta_rule": {"path": "reference"}}}) is None
 
 
 def test_a_run_whose_warm_up_is_cut_and_whose_optional_step_runs_out_passes_with_its_three_files(monkeypatch,
@@ -325,7 +326,7 @@ def test_a_run_whose_warm_up_is_cut_and_whose_optional_step_runs_out_passes_with
 
     report = _run(monkeypatch, tmp_path, [
         check.StepSpec("checkpoint", "checkpoint", checkpoint, ()),
-        check.StepSpec("kernel_warmup", "kernel_warmup", steps.kernel_warmup_step, (), essential=False),
+        check.StepSpec("kernel_warmup", "kernel_warmup", model.kernel_warmup_step, (), essential=False),
         check.StepSpec("server", "server", _passes, ("checkpoint",)),
         check.StepSpec("inprocess_torch", "inprocess_torch", _runs_out, (), essential=False),
     ], expected=0.4)

@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from gpucheck import budgets, check, steps
+from gpucheck import budgets, check
+from gpucheck.steps import baseline, machine, model, served
 from gpucheck.context import Context, Options, Skip
 from gpucheck.findings import Findings, Found
 from gpucheck.report import Report
@@ -63,17 +64,17 @@ def test_a_found_names_only_findings():
 
 
 @pytest.mark.parametrize("device, path, allowed", [("cuda", "mixed", True), ("cuda", None, True),
-                                                   ("cuda", steps.FAST, False), ("cpu", "reference", False)])
+                                                   ("cuda", baseline.FAST, False), ("cpu", "reference", False)])
 def test_the_server_step_allows_the_slow_path_only_on_a_card_without_the_fast_one(tmp_path, device, path, allowed):
     ctx = Context(_options(tmp_path, device), Report(tmp_path, "cpu", 100, []), deadline=None,
                   findings=Findings(inprocess_path=path))
-    assert steps.serving_choice(ctx) == {"slow_kernels_allowed": allowed}
+    assert served.serving_choice(ctx) == {"slow_kernels_allowed": allowed}
 
 
 def test_the_warm_up_is_the_contexts_from_its_start_and_the_kernel_warmup_steps_once_taken(tmp_path):
     ctx = Context(_options(tmp_path), Report(tmp_path, "cpu", 100, []), deadline=None)
     with pytest.raises(Skip, match="the checkpoint step did not run"):
-        steps.kernel_warmup_step(ctx)
+        model.kernel_warmup_step(ctx)
 
     def fails_to_start():
         raise OSError("no interpreter")
@@ -81,7 +82,7 @@ def test_the_warm_up_is_the_contexts_from_its_start_and_the_kernel_warmup_steps_
     with pytest.raises(OSError):
         ctx.start_warmup(fails_to_start)
     with pytest.raises(Skip, match="neither carried nor installed"):
-        steps.kernel_warmup_step(ctx)
+        model.kernel_warmup_step(ctx)
     job = object()
     ctx.start_warmup(lambda: job)
     assert ctx.take_warmup() is job and ctx.take_warmup() is None
@@ -107,5 +108,6 @@ def test_the_runner_records_a_steps_data_from_what_it_returns_or_raises(monkeypa
 def test_no_step_writes_its_report_entry():
     import inspect
 
-    source = inspect.getsource(steps)
-    assert "step.data" not in source and "step: Step" not in source
+    for phase in (baseline, machine, model, served):
+        source = inspect.getsource(phase)
+        assert "step.data" not in source and "step: Step" not in source, phase.__name__

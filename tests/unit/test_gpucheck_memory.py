@@ -10,7 +10,8 @@ import pytest
 
 from acceptance.checks import overcap, vram
 from acceptance.memory import suggest_cap_gib
-from gpucheck import cap, inprocess, steps
+from gpucheck import cap, inprocess
+from gpucheck.steps import served
 from gpucheck.context import Context, Inconclusive, Options
 from gpucheck.findings import Findings
 from gpucheck.report import Report
@@ -207,7 +208,7 @@ def test_where_no_cap_separates_the_checks_overcap_step_is_inconclusive_with_the
                             deadline=100)
     ctx = Context(options, Report(tmp_path, "gpu", 100, []), deadline=None, findings=Findings(caps=caps))
     with pytest.raises(Inconclusive) as raised:
-        steps.overcap_step(ctx)
+        served.overcap_step(ctx)
     assert f"largest {caps['largest_gib']} GiB" in str(raised.value)
     assert raised.value.data["caps"] == caps
 
@@ -287,7 +288,7 @@ def test_on_the_issues_h200_overcap_is_inconclusive_by_name_and_the_production_c
     profile = issue_card(1.35, 0.12)  # the corner where the reserved rule would have set a test cap
     caps = cap.plan_caps(measured_profile(profile))
     with pytest.raises(Inconclusive, match="cannot separate on this card"):
-        steps.overcap_step(_overcap(tmp_path, caps))
+        served.overcap_step(_overcap(tmp_path, caps))
     production = CappedCard(profile, caps["production_gib"])
     assert production.starts()
     status, reason, _ = vram.run(kit_context(tmp_path, production, caps["production_gib"]))
@@ -333,7 +334,7 @@ def test_where_a_test_cap_is_set_the_instance_starts_serves_the_normal_shapes_an
     assert caps["separable"] is separates
     if not separates:
         with pytest.raises(Inconclusive, match="cannot separate on this card"):
-            steps.overcap_step(_overcap(tmp_path, caps))
+            served.overcap_step(_overcap(tmp_path, caps))
         return
     test_cap = caps["test_gib"] * GIB
     baseline = WEIGHTS - VISION

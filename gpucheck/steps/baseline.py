@@ -1,0 +1,143 @@
+"""The in-process figures: predict() in one process with the kernels transformers binds (inprocess), and again with
+them hidden (inprocess_torch); each a gpucheck.inprocess run under what the step has left."""
+from __future__ import annotations
+
+import json
+import time
+
+from gpucheck import budgets, kernel_lengths
+from gpucheck.cap import plan_caps, unmeasured
+from gpucheck.context import Context, Skip, dtype_of, keeping, written_so_far
+from gpucheck.deadline import kill_group
+from gpucheck.findings import Found
+from intern_decision_model.kernels import FAST
+
+
+
+# Of an in-process run's budget: importing torch and transformers before the script's own clock starts, and the
+# last round of each shape, which may start just before that clock runs out.
+INPROCESS_IMPORTS_SECONDS = 15
+INPROCESS_LAST_ROUNDS_SECONDS = 10
+
+
+# With flash-linear-attention the run may still fail (or compile what the warm-up did not reach); it gets this share
+# of the step's allowance, and never so much that the measurement with the torch implementations would be left less
+# than it needs (budgets.need_of "inprocess_torch"). The allowance's expected 60 s on the GPU machine: imports ~15,
+# loading 9 GB ~15, the warm-ups from a warm kernel cache and the rounds ~30.
+WITH_KERNELS_SHARE = 0.65
+
+
+def _left(ctx: Context) -> float:
+    return max(0.0, ctx.step_end - time.monotonic())
+
+
+def _torch_need(ctx: Context) -> float:
+    return budgets.need_of(ctx.options.mode, "inprocess_torch")
+
+
+def _with_kernels_seconds(ctx: Context) -> float:
+    """The run with fla: its share of what is left, less what the torch fallback would need after it."""
+    left = _left(ctx)
+    return max(0.0, min(WITH_KERNELS_SHARE * left, left - _torch_need(ctx)))
+
+
+def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | None = None) -> dict:
+    path = ctx.out / out_name
+    budget = ctx.budget(_left(ctx) if seconds is None else seconds)
+    own = budget - INPROCESS_IMPORTS_SECONDS - INPROCESS_LAST_ROUNDS_SECONDS
+    arguments = ["--checkpoint", ctx.findings.pins.checkpoint, "--shapes", ctx.findings.shapes_path, "--out", path,
+                 "--device", ctx.options.device, "--dtype", dtype_of(ctx),
+                 "--rounds", str(ctx.options.rounds), "--warmup", str(ctx.options.warmup),
+                 "--budget", str(max(5, int(own)))]
+    if ctx.cuda:
+        arguments.append("--probe")
+    if ctx.findings.kernels is not None:
+        arguments += ["--kernels", ctx.findings.kernels]
+    if block:
+        arguments.append("--block-kernels")
+    try:
+        ctx.script("gpucheck.inprocess", arguments, out_name.replace(".json", ".log"), limit=budget)
+    finally:
+        result = json.loads(path.read_text()) if path.is_file() else {}
+    return result
+
+
+def _describe_inprocess(result: dict) -> str:
+    parts = [f"{name} p50 {entry['predict'].get('p50')} ms (n={entry['predict'].get('count')})"
+             for name, entry in result.get("shapes", {}).items()]
+    bound = ", ".join(f"{name} {entry.get('path')} ({entry.get('bound') or '?'})"
+                      for name, entry in (result.get("bound") or {}).items())
+    return ("; ".join(parts) + f"; load {result.get('load_seconds')} s, warm-up {result.get('warmup_seconds')} s "
+            f"(first call {result.get('first_call_seconds')} s); "
+            f"linear attention {result.get('linear_attention')}: {bound}")
+
+
+def inprocess_step(ctx: Context) -> Found:
+    leftover = ctx.take_warmup()  # a warm-up whose step gave way (time was short) does not share the card with it
+    if leftover is not None:
+        kill_group(leftover)
+    note = ""
+    try:
+        result = _run_inprocess(ctx, "inprocess.json", block=False,
+                                seconds=_with_kernels_seconds(ctx) if ctx.findings.kernels is not None else None)
+    except (RuntimeError, TimeoutError) as exc:
+        first = written_so_far(ctx.out / "inprocess.json")
+        if not first.get("kernels", {}).get("fla", {}).get("importable") or first.get("kernels_blocked"):
+            with keeping(first):  # what was measured before the failure
+                raise
+        # fla imported but the run with it failed: measure with transformers' torch implementations instead.
+        (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-with-fla-failed.json")
+        if _left(ctx) < _torch_need(ctx):
+            with keeping(first):
+                raise RuntimeError(f"with fla it failed ({exc}); {_left(ctx):.0f} s were left, below the "
+                                   f"{_torch_need(ctx):.0f} s the measurement with torch's implementations needs: "
+                                   f"not started") from exc
+        note = f"; with fla it failed ({exc}), measured without it"
+        try:
+            result = _run_inprocess(ctx, "inprocess.json", block=True)
+        except (RuntimeError, TimeoutError):
+            with keeping(written_so_far(ctx.out / "inprocess.json")):
+                raise
+    caps = ctx.findings.caps
+    if ctx.cuda:
+        try:
+            caps = plan_caps(result)
+        except (KeyError, TypeError):  # a shape or the probe is missing: served uncapped, check 6 inconclusive
+            caps = unmeasured()
+    compiled = _where_compiled(ctx, result)
+    data = {**result, "caps": caps, "compiled": compiled}
+    if compiled:
+        here = sorted({tokens for calls in compiled.values() for tokens, where in calls.items() if where != "warm-up"},
+                      key=int)
+        note += (f"; fla compiled in-process at {', '.join(here)} tokens (the warm-up did not reach them)" if here
+                 else "; every length's fla kernels came from the warm-up")
+    return Found(_describe_inprocess(result) + note, data, inprocess=result,
+                 inprocess_path=result.get("linear_attention"),
+                 kernels_bound=any(entry.get("path") == "fast" for entry in (result.get("bound") or {}).values()),
+                 caps=caps)
+
+
+def _where_compiled(ctx: Context, result: dict) -> dict | None:
+    """Which lengths' fla kernels the warm-up compiled and which the in-process run did (None without fla): from what
+    the warm-up wrote, so a warm-up cut or failed at some lengths shows here."""
+    if not any(entry.get("path") == FAST for entry in (result.get("bound") or {}).values()):
+        return None
+    warm = written_so_far(ctx.out / "kernel-warmup.json")
+    warmed = [int(length) for length, entry in (warm.get("lengths") or {}).items() if "second_seconds" in entry]
+    calls = {name: shape["tokens"] for name, shape in ctx.findings.fitted.items()}
+    return kernel_lengths.where_compiled(calls, warmed)
+
+
+
+def inprocess_torch_step(ctx: Context) -> Found:
+    if not ctx.findings.kernels_bound:
+        fla = ((ctx.findings.inprocess or {}).get("kernels") or {}).get("fla", {})
+        reason = "fla does not import" if not fla.get("importable") else "transformers did not bind fla"
+        raise Skip(f"the in-process run already used transformers' torch implementations ({reason})")
+    ctx.stop_stack()  # a quiet GPU for the measurement
+    try:
+        result = _run_inprocess(ctx, "inprocess-torch.json", block=True)
+    except Exception:
+        with keeping(written_so_far(ctx.out / "inprocess-torch.json")):  # cut or failed: what it measured before
+            raise
+    return Found(_describe_inprocess(result), result)
