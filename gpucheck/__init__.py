@@ -16,11 +16,11 @@ Module map, in the order a run meets them:
   short; ``deadline`` holds the overall deadline and the subprocesses that cannot outlive it; ``report``, ``summary``
   and ``archive`` write report.json, report.md and the archive after every step; ``diagnosis`` leaves, for a step that
   did not pass, its log tails, its environment and the ``--only`` command that re-runs it.
-* The steps (``steps``, by phase: ``machine``, ``model``, ``baseline``, ``served``), each with its helpers: the machine (``environment``), the service's environment
-  (``install``, ``shadowed``: what numpy 2 packages to hide), the python backend stub and its libraries (``stub``,
-  ``libpython``, ``libraries``: which CUDA libraries the stub and the in-process run loaded), the checkpoint
-  (``checkpoint_code``), the request shapes (``shapes``, ``fit``), the kernel warm-up (``warm_kernels``, and
-  ``kernel_lengths``: which lengths, by fla's autotuning buckets), the in-process figures (``inprocess``,
-  ``stats``), the VRAM caps (``cap``), the served stack (``stack``), the service's timings (``service``) and the
-  acceptance kit (``acceptance_kit``).
+* The steps (``steps``, by phase: ``machine``, ``model``, ``baseline``, ``served``), each with its helpers: the
+  machine (``environment``), the service's environment (``install``, ``shadowed``: what numpy 2 packages to hide),
+  the python backend stub and its libraries (``stub``, ``libpython``, ``libraries``: which CUDA libraries the stub
+  and the in-process run loaded), the checkpoint (``checkpoint_code``), the request shapes (``shapes``, ``fit``),
+  the kernel warm-up (``warm_kernels``, and ``kernel_lengths``: which lengths, by fla's autotuning buckets), the
+  in-process figures (``inprocess``, ``stats``), the VRAM caps (``cap``), the served stack (``stack``), the
+  service's timings (``service``) and the acceptance kit (``acceptance_kit``).
 """
