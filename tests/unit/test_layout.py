@@ -4,6 +4,8 @@ in wire/."""
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -216,3 +218,13 @@ def test_one_anchor_request(top):
     writing = [str(path.relative_to(ROOT)) for path in (ROOT / top).rglob("*.py")
                if ANCHOR_STATE_TEXT in path.read_text()]
     assert writing == ([ONE_ANCHOR] if top == "acceptance" else [])
+
+
+def test_the_readme_says_of_every_top_level_folder_whether_it_is_the_service_or_a_tool():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    folders = {line.split("/")[0] for line in tracked.splitlines() if "/" in line and not line.startswith(".")}
+    readme = (ROOT / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([\w.]+)/` \| (service|deployment|tool|docs) \|", readme, re.M))
+    assert set(rows) == folders, f"README's folder table: missing {folders - set(rows)}, stale {set(rows) - folders}"
+    assert {name for name, part in rows.items() if part == "service"} == {"shim", "model_repository",
+                                                                          "intern_decision_model", "wire"}
