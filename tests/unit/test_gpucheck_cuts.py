@@ -15,7 +15,7 @@ import pytest
 from gpucheck import budgets, check, kernel_lengths, shapes, stack
 from gpucheck.steps import baseline, model, served
 from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip, keeping
-from gpucheck.deadline import Deadline, StepTimeout, run_logged, start_logged
+from gpucheck.deadline import Deadline, run_logged, start_logged
 from gpucheck.findings import Findings, Found
 from gpucheck.report import FAIL, FINDING, INCONCLUSIVE, PASS, SKIPPED, Report
 
