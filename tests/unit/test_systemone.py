@@ -9,7 +9,7 @@ import json
 import pytest
 from backports import zstd
 
-from shim.errors import Failure, ModelFailure
+from shim.errors import OUT_OF_MEMORY_WORDS, Failure, ModelFailure
 from shim.settings import ShimSettings
 
 from .fake_model import CALIBRATION, FACTS, FakeModel
@@ -218,8 +218,10 @@ async def test_model_failures_as_on_the_semif_routes_503_with_retry_after(client
     model.fail_with = ModelFailure(failure, "boom", call=0)
     response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
     assert response.status_code == status and response.headers.get("retry-after") == retry_after
-    # a model_unavailable failure is told in fixed words (shim/errors.py, Problem.public), the detail logged
-    message = "model unavailable" if failure is Failure.TRITON else "call 0 (questions 1–3): boom"
+    # a model_unavailable failure is told in fixed words (shim/errors.py, Problem.public), the detail logged; so is
+    # an out-of-memory's detail (CUDA's line), after which call failed
+    message = {Failure.TRITON: "model unavailable", Failure.FAILED: "call 0 (questions 1–3): boom",
+               Failure.OUT_OF_MEMORY: f"call 0 (questions 1–3): {OUT_OF_MEMORY_WORDS}"}[failure]
     assert response.json()["error"] == {"code": failure.error.code, "message": message}
 
 
@@ -274,7 +276,7 @@ async def test_the_first_failure_fails_the_batch_naming_the_item(client, model):
     items = [mixed(), mixed(), mixed()]
     response = await client.post("/v1/systemone/batch", json={"requests": items}, headers=AUTH)
     assert response.status_code == 503 and response.headers["retry-after"] == "1"
-    message = "requests[1]: call 0 (questions 1–3): CUDA out of memory"
+    message = f"requests[1]: call 0 (questions 1–3): {OUT_OF_MEMORY_WORDS}"  # CUDA's own line: the log's only
     assert response.json() == {"error": {"code": "out_of_memory", "message": message},
                                "detail": {"error_type": "overloaded_error", "message": message}}
     assert len(model.calls) == 2  # the third item never ran
