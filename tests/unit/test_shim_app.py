@@ -16,7 +16,6 @@ from shim.errors import MODEL_NOT_READY, OUT_OF_MEMORY_WORDS, Failure, ModelFail
 from shim.health import CHUNKING
 
 from .fake_model import CALIBRATION, FACTS, FakeModel
-from .test_systemone import mixed
 from .shim_helpers import AUTH, TOKEN, client_for, decide_body, make_settings, options, shared_body
 
 pytestmark = pytest.mark.anyio
@@ -483,13 +482,17 @@ CUDA_FIRST_LINE = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 20.0
                    "139.72 GiB of which 1.25 GiB is free. Process 48213 has 138.40 GiB memory in use.")
 
 
-@pytest.mark.parametrize("path, body", [("/decide", decide_body), ("/v1/systemone", None)])
+SYSTEM_ONE_BODY = {"model": "Intern-Decision-4B", "state": "charged twice",
+                   "questions": {"refund": {"type": "noul", "instructions": "refund?"}}}
+
+
+@pytest.mark.parametrize("path, body", [("/decide", decide_body), ("/v1/systemone", lambda: SYSTEM_ONE_BODY)])
 async def test_an_out_of_memory_tells_no_card_and_no_process(client, model, caplog, path, body):
     """Triton's 503 carries CUDA's first line (capacity, free memory, process ids): the caller is told fixed words,
     the log keeps the line."""
     model.fail_with = from_triton(503, f"out_of_memory: call 0: {CUDA_FIRST_LINE}")
     with caplog.at_level(logging.WARNING, logger="intern_decision.shim"):
-        response = await client.post(path, json=body() if body else mixed(), headers=AUTH)
+        response = await client.post(path, json=body(), headers=AUTH)
     assert response.status_code == 503 and response.json()["error"]["code"] == "out_of_memory"
     assert OUT_OF_MEMORY_WORDS in response.json()["error"]["message"]
     for secret in ("GiB", "48213", "capacity", "OutOfMemoryError"):
