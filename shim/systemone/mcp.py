@@ -201,12 +201,34 @@ async def _read_once(scope: Scope, receive: Receive, send: Send) -> Receive | No
     if arguments is not None:
         state[ARGUMENTS] = arguments
         message = {**message, "params": {**message["params"], "arguments": {}}}
-    handed = json.dumps(message, ensure_ascii=False).encode("utf-8")
-    if len(handed) > SDK_MESSAGE_BYTES:
+    handed = json.dumps(message, ensure_ascii=False).encode("utf-8") if _small(message) else None
+    if handed is None or len(handed) > SDK_MESSAGE_BYTES:
         await refuse(scope, receive, send, TOO_LARGE, f"an MCP message, a tool's arguments aside, may be at most "
-                                                      f"{SDK_MESSAGE_BYTES} bytes; this one is {len(handed)}")
+                                                      f"{SDK_MESSAGE_BYTES} bytes")
         return None
     return _replay(handed, receive)
+
+
+def _small(value: Any) -> bool:
+    """Whether `value` may serialize within SDK_MESSAGE_BYTES, read without serializing it (which would hold the loop
+    for a large one): at least a byte for each value, each character of a string and each digit of a number."""
+    budget, pending = SDK_MESSAGE_BYTES, [value]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, str):
+            budget -= 1 + len(current)
+        elif isinstance(current, int):
+            budget -= 1 + current.bit_length() // 4  # at least one decimal digit per 4 bits
+        else:
+            budget -= 1
+        if budget < 0:
+            return False
+        if isinstance(current, dict):
+            pending.extend(current.keys())
+            pending.extend(current.values())
+        elif isinstance(current, list):
+            pending.extend(current)
+    return True
 
 
 def _tool_arguments(message: Any) -> dict | None:

@@ -601,3 +601,23 @@ async def test_a_state_of_more_values_than_the_bound_is_refused_on_every_entry(c
         assert answer.status_code == 422, answer.text[:200]
         assert "too many values" in answer.json()["error"]["message"]
     assert model.calls == []
+
+
+@pytest.mark.parametrize("meta", [{"values": list(range(100_000))}, {"numbers": [10 ** 4000] * 3}, {"text": "y" * 9000}],
+                         ids=["many values", "long numbers", "a long string"])
+async def test_a_large_mcp_message_is_refused_without_being_serialized_on_the_loop(client, model, sdk_parses,
+                                                                                      monkeypatch, meta):
+    """What the SDK would be handed is measured on the parsed value first: a large one is never dumped on the loop."""
+    from shim.systemone import mcp
+
+    dumped = []
+    real_dumps = json.dumps
+    monkeypatch.setattr(mcp.json, "dumps",
+                        lambda value, **kwargs: (dumped.append(value), real_dumps(value, **kwargs))[1])
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "list_models", "arguments": {}, "_meta": meta}}
+    refused = await client.post("/mcp", content=real_dumps(message).encode(),
+                                headers={**MCP_HEADERS, "Content-Type": "application/json"})
+    assert refused.status_code == 413 and refused.json()["error"]["code"] == "request_too_large"
+    assert [value for value in dumped if isinstance(value, dict) and value.get("jsonrpc")] == []
+    assert sdk_parses == [] and model.calls == []
