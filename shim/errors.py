@@ -53,6 +53,8 @@ MODEL_NOT_READY = "model not ready"
 MODEL_NOT_ANSWERING = "model not answering"
 MODEL_FACTS_UNAVAILABLE = "model facts unavailable"
 MODEL_UNAVAILABLE = "model unavailable"
+# An out-of-memory's own text is CUDA's first error line: the card's capacity, its free memory, other processes' ids.
+OUT_OF_MEMORY_WORDS = "the model ran out of GPU memory for this request; the service keeps answering"
 
 
 class Problem(NamedTuple):
@@ -121,21 +123,29 @@ class Failure(enum.Enum):
 
 class ModelFailure(ApiError):
     """call: the failed call's index within its inference request, when the model named it. reason: what a caller
-    of a model_unavailable failure is told, in fixed words (by default those of its kind of failure)."""
+    of a model_unavailable or out_of_memory failure is told, in fixed words (by default those of its kind of
+    failure), `message` going to the log only. where: which part of the request failed (a surface's words, e.g.
+    "requests[1]: call 0 (questions 1–3)"), told before the fixed words."""
 
     def __init__(self, failure: Failure, message: str, call: int | None = None,
-                 headers: dict[str, str] | None = None, detail: list[dict] | None = None, reason: str | None = None):
+                 headers: dict[str, str] | None = None, detail: list[dict] | None = None, reason: str | None = None,
+                 where: str = ""):
         super().__init__(failure.error.status, failure.error.code, message, headers, detail)
         self.failure = failure
         self.call = call
         self.reason = reason if reason is not None else _PUBLIC_WORDS.get(failure, MODEL_UNAVAILABLE)
+        self.where = where
 
     @property
     def public_message(self) -> str:
-        return self.reason if self.failure.error is UNAVAILABLE else self.message
+        if self.failure.error is UNAVAILABLE:
+            return self.reason
+        if self.failure is Failure.OUT_OF_MEMORY:
+            return f"{self.where}: {self.reason}" if self.where else self.reason
+        return self.message
 
 
-_PUBLIC_WORDS = {Failure.TRANSPORT: TRITON_UNREACHABLE}
+_PUBLIC_WORDS = {Failure.TRANSPORT: TRITON_UNREACHABLE, Failure.OUT_OF_MEMORY: OUT_OF_MEMORY_WORDS}
 
 
 class IncompleteAnswer(ModelFailure):

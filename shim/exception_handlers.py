@@ -57,10 +57,13 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
 
 
 async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's last resort (ServerErrorMiddleware, inside RequestId and the access line)."""
+    """Starlette's last resort (ServerErrorMiddleware, inside RequestId and the access line): the exception, its
+    type among it, goes to the log with the request id; the caller is told that something failed, not what."""
     log.exception("%s %s: failed while building the response", request.method, request.url.path)
-    return JSONResponse(envelope(SCORING_FAILED.code, f"failed while building the response: {type(exc).__name__}"),
-                        status_code=SCORING_FAILED.status)
+    return JSONResponse(envelope(SCORING_FAILED.code, UNEXPECTED_FAILURE), status_code=SCORING_FAILED.status)
+
+
+UNEXPECTED_FAILURE = "failed while building the response; the log has the detail under this request's id"
 
 
 EXCEPTION_HANDLERS = {UnprocessableRequest: invalid_request, ApiError: api_error, QueueStopped: port_outcome,

@@ -1,5 +1,6 @@
-"""Strict JSON: what either side receives must be UTF-8, finite, free of lone surrogates and of repeated keys, and
-nested at most MAX_DEPTH arrays and objects deep; what it sends must be finite too."""
+"""Strict JSON: what either side receives must be UTF-8, finite, free of lone surrogates and of repeated keys,
+nested at most MAX_DEPTH arrays and objects deep and made of at most MAX_VALUES values; what it sends must be finite
+too."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,11 @@ from typing import Any
 
 # Far below what json, copy.deepcopy, the chat template or the model's own code can take, far above any real state.
 MAX_DEPTH = 64
+# The values one text may build, counted from its bytes before any is built: a parsed value costs up to ~100 bytes
+# of memory per value, so 1 MiB of `[{},{},...]` would be ~50 MiB held while the request waits its turn. 131,072 is
+# 16 values per token of the model's default MAX_TOKENS (a state that fits the model's call is far below it) and
+# keeps a full queue of the largest bodies well inside the shim's memory limit (docs/benchmarks.md).
+MAX_VALUES = 131_072
 
 
 class NotStrictJson(ValueError):
@@ -16,9 +22,10 @@ class NotStrictJson(ValueError):
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-# Only the bytes that decide nesting: brackets, and quotes to tell strings apart; both kinds of bracket made one.
+# The scans of the bytes outside strings keep brackets (both kinds made one) and quotes, to tell strings apart.
 _NESTING_BYTES = bytes.maketrans(b"{}", b"[]")
 _NOT_NESTING = bytes(byte for byte in range(256) if byte not in b'[]{}"')
+_NOT_NESTING_OR_COMMA = bytes(byte for byte in range(256) if byte not in b'[]{}",')
 
 
 def _balanced_pattern(depth: int) -> re.Pattern:
@@ -32,17 +39,31 @@ def _balanced_pattern(depth: int) -> re.Pattern:
 _WITHIN_MAX_DEPTH = _balanced_pattern(MAX_DEPTH)
 
 
-def nested_too_deeply(raw: bytes) -> bool:
-    """Whether valid JSON text nests more than MAX_DEPTH arrays and objects, read from its bytes in C.
+def _outside_strings(raw: bytes, dropped: bytes) -> bytes:
+    """The brackets (both kinds made `[` and `]`) and whatever else `dropped` spares, outside JSON strings, read in C.
 
     Escaped backslashes and quotes go first (left to right, as JSON pairs them), so every quote left opens or closes
-    a string; the strings' contents go next, then everything but the brackets.
+    a string; the strings' contents go next, then `dropped`.
     """
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return b"".join(unescaped.translate(_NESTING_BYTES, dropped).split(b'"')[::2])
+
+
+def nested_too_deeply(raw: bytes) -> bool:
+    """Whether valid JSON text nests more than MAX_DEPTH arrays and objects, read from its bytes in C."""
     if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         return False
-    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    brackets = b"".join(unescaped.translate(_NESTING_BYTES, _NOT_NESTING).split(b'"')[::2])
-    return _WITHIN_MAX_DEPTH.fullmatch(brackets) is None
+    return _WITHIN_MAX_DEPTH.fullmatch(_outside_strings(raw, _NOT_NESTING)) is None
+
+
+def values_at_most(raw: bytes) -> int:
+    """At least as many as the values JSON text builds (object keys aside): one, plus one per comma and per
+    opening bracket outside strings (an empty array or object counts twice), read in C before anything is built."""
+    counted = 1 + raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+    if counted <= MAX_VALUES:  # the strings' commas and brackets counted too: never fewer
+        return counted
+    structure = _outside_strings(raw, _NOT_NESTING_OR_COMMA)
+    return 1 + structure.count(b",") + structure.count(b"[")
 
 
 def loads(raw: bytes, what: str) -> Any:
@@ -67,6 +88,9 @@ def loads(raw: bytes, what: str) -> Any:
                 seen.add(key)
         return value
 
+    if values_at_most(raw) > MAX_VALUES:
+        raise NotStrictJson(f"{what} holds too many values: more than {MAX_VALUES} (one per comma and per opening "
+                            f"bracket)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

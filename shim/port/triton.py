@@ -67,7 +67,7 @@ class TritonModel:
         """predict()'s answers to the calls, in order, from one inference request, each read once into a
         CallAnswer; the whole request fails with the first call that fails."""
         tensor = InferInput(REQUEST, [len(requests)], DATATYPE)
-        tensor.set_data_from_numpy(np.array([strict_json.dumps(request) for request in requests], dtype=np.object_))
+        tensor.set_data_from_numpy(np.array(call_texts(requests), dtype=np.object_))
         body, json_size = InferenceServerClient.generate_request_body([tensor], request_id=request_id)
         headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size),
                    **self._key}
@@ -139,6 +139,24 @@ class TritonModel:
 
 def facts_unavailable(message: str) -> ModelFailure:
     return model_unavailable(message, MODEL_FACTS_UNAVAILABLE)
+
+
+def call_texts(requests: list[dict]) -> list[bytes]:
+    """Each call's predict() request as JSON, the same bytes as strict_json.dumps of it; a state the calls share
+    (one object: every call of a request carries the request's state) is serialized once, not once per call (a
+    1 MiB state took 49 ms each time, ~1.3 s of the event loop for a request of 26 calls)."""
+    states: dict[int, bytes] = {}
+    texts = []
+    for request in requests:
+        if next(iter(request), None) != "state":
+            texts.append(strict_json.dumps(request))
+            continue
+        state = request["state"]
+        if id(state) not in states:
+            states[id(state)] = strict_json.dumps(state)
+        rest = strict_json.dumps({key: value for key, value in request.items() if key != "state"})
+        texts.append(b'{"state": ' + states[id(state)] + (b"}" if rest == b"{}" else b", " + rest[1:]))
+    return texts
 
 
 def read_answer(raw: bytes, call: int) -> CallAnswer:

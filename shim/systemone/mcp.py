@@ -16,9 +16,13 @@ model calls run under the same process-wide lock.
 The SDK runs each call's handler in a task of its own, outside the HTTP request's context: the handler takes the
 request id and the access line's usage from the request's scope (set there by the edge) before any work.
 
-The SDK's own JSON reader takes NaN, Infinity and repeated keys, which the routes refuse: so the endpoint first reads
-the body with the routes' strict reader (shim/edge/json_body.py, off the event loop when it is large) and notes a
-refusal in the request's scope, and a tool called by such a body answers the routes' 422 as its tool error.
+The SDK's own JSON reader takes NaN, Infinity and repeated keys, which the routes refuse, and it parses on the event
+loop: so the endpoint reads the body once, with the routes' strict reader (shim/edge/json_body.py, off the event loop
+when it is large). A tools/call's arguments (the only part of a message that is large) stay in the request's scope,
+parsed, and the SDK is handed the message without them, which it parses on the loop in no time; a message still over
+SDK_MESSAGE_BYTES without its arguments is 413. A body that is not strict JSON is noted in the scope and handed to
+the SDK as it came when it is small (a tool called by it answers the routes' 422 as its tool error), and refused
+422 in the envelope when it is not, since the SDK would parse it on the loop.
 """
 from __future__ import annotations
 
@@ -38,8 +42,9 @@ from wire import strict_json
 
 from .. import context
 from ..client_gone import ClientGone
-from ..edge.json_body import strict_body
-from ..errors import ApiError, UnprocessableRequest
+from ..edge.json_body import ON_LOOP_BYTES, strict_body
+from ..edge.refusal import refuse
+from ..errors import INVALID, TOO_LARGE, ApiError, UnprocessableRequest
 from ..exception_handlers import as_api_error, error_body
 from ..port.waiting import QueueStopped
 from .request import SystemOneInvalid
@@ -50,6 +55,8 @@ log = logging.getLogger("intern_decision.shim")
 SERVER_NAME = "intern-decision-serve"
 COMPONENTS = "#/components/schemas/"
 NOT_STRICT = "mcp_body_not_strict"  # the key, in the request's scope state, of why its body is not strict JSON
+ARGUMENTS = "mcp_tool_arguments"  # the key, in the request's scope state, of a tools/call's arguments, parsed once
+SDK_MESSAGE_BYTES = ON_LOOP_BYTES  # what the SDK may parse on the loop: a message without its tool arguments
 
 
 def schema_of(openapi: dict, name: str) -> dict:
@@ -132,7 +139,9 @@ class SystemOneTools:
             self._manager = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        receive = await _read_strictly(scope, receive)
+        receive = await _read_once(scope, receive, send)
+        if receive is None:
+            return
         if self._manager is None:  # an app run without its lifespan (unit tests' ASGI transport)
             async with self.running():
                 await self._manager.handle_request(scope, receive, send)
@@ -153,8 +162,9 @@ class SystemOneTools:
         if operation is None:
             return tool_error(UnprocessableRequest(f"unknown tool {params.name!r}; this server has "
                                                    f"{', '.join(sorted(self._operations))}"))
+        arguments = state[ARGUMENTS] if ARGUMENTS in state else params.arguments
         try:
-            result = await operation(params.arguments or {}, request_id)
+            result = await operation(arguments or {}, request_id)
         except (ApiError, UnprocessableRequest) as exc:
             return tool_error(exc)
         except (QueueStopped, ClientGone) as exc:
@@ -174,14 +184,63 @@ class SystemOneTools:
         return await self._service.models()
 
 
-async def _read_strictly(scope: Scope, receive: Receive) -> Receive:
-    """Reads the whole body (the edge has, within its limits) with the routes' strict reader, notes in the scope's
-    state why it is not strict JSON, and returns a receive that hands the SDK the same body."""
+async def _read_once(scope: Scope, receive: Receive, send: Send) -> Receive | None:
+    """Reads the whole body (the edge has, within its limits) once, with the routes' strict reader; returns a receive
+    that hands the SDK what it may still parse on the loop, or None when the body was refused here."""
     body = await Request(scope, receive).body()
+    state = scope.setdefault("state", {})
     try:
-        await strict_body(body)
+        message = await strict_body(body)
     except strict_json.NotStrictJson as exc:
-        scope.setdefault("state", {})[NOT_STRICT] = str(exc)
+        if len(body) > SDK_MESSAGE_BYTES:
+            await refuse(scope, receive, send, INVALID, str(exc))
+            return None
+        state[NOT_STRICT] = str(exc)
+        return _replay(body, receive)
+    arguments = _tool_arguments(message)
+    if arguments is not None:
+        state[ARGUMENTS] = arguments
+        message = {**message, "params": {**message["params"], "arguments": {}}}
+    handed = json.dumps(message, ensure_ascii=False).encode("utf-8") if _small(message) else None
+    if handed is None or len(handed) > SDK_MESSAGE_BYTES:
+        await refuse(scope, receive, send, TOO_LARGE, f"an MCP message, a tool's arguments aside, may be at most "
+                                                      f"{SDK_MESSAGE_BYTES} bytes")
+        return None
+    return _replay(handed, receive)
+
+
+def _small(value: Any) -> bool:
+    """Whether `value` may serialize within SDK_MESSAGE_BYTES, read without serializing it (which would hold the loop
+    for a large one): at least a byte for each value, each character of a string and each digit of a number."""
+    budget, pending = SDK_MESSAGE_BYTES, [value]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, str):
+            budget -= 1 + len(current)
+        elif isinstance(current, int):
+            budget -= 1 + current.bit_length() // 4  # at least one decimal digit per 4 bits
+        else:
+            budget -= 1
+        if budget < 0:
+            return False
+        if isinstance(current, dict):
+            pending.extend(current.keys())
+            pending.extend(current.values())
+        elif isinstance(current, list):
+            pending.extend(current)
+    return True
+
+
+def _tool_arguments(message: Any) -> dict | None:
+    """A tools/call's arguments object, or None for any other message (the SDK reads and answers those)."""
+    if not (isinstance(message, dict) and message.get("method") == "tools/call"):
+        return None
+    params = message.get("params")
+    arguments = params.get("arguments") if isinstance(params, dict) else None
+    return arguments if isinstance(arguments, dict) else None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
     replayed = False
 
     async def replay() -> Message:

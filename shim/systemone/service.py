@@ -82,12 +82,13 @@ def _check_model(catalog: Catalog, request: SystemOneRequest, loc: list) -> None
 def _named(exc: ModelFailure, calls: list, item: int | None) -> ModelFailure:
     """The model's failure, its message naming the call (and the batch item), with System One's headers and
     detail: Retry-After on a 503, FastAPI's detail on a 422."""
-    message = exc.message
-    if exc.call is not None and exc.call < len(calls):
-        message = f"call {exc.call} ({question_numbers(calls, exc.call)}): {message}"
-    loc = ["body"] if item is None else ["body", "requests", item]
+    where = []
     if item is not None:
-        message = f"requests[{item}]: {message}"
+        where.append(f"requests[{item}]")
+    if exc.call is not None and exc.call < len(calls):
+        where.append(f"call {exc.call} ({question_numbers(calls, exc.call)})")
+    message = ": ".join([*where, exc.message])
+    loc = ["body"] if item is None else ["body", "requests", item]
     headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if exc.status == 503 else None
     detail = [{"loc": loc, "msg": message, "type": "value_error"}] if exc.status == 422 else None
-    return ModelFailure(exc.failure, message, exc.call, headers, detail, exc.reason)
+    return ModelFailure(exc.failure, message, exc.call, headers, detail, exc.reason, ": ".join(where))

@@ -14,6 +14,7 @@ import schemathesis
 from schemathesis.generation import GenerationMode
 
 from bench.load import run_load
+from shim.errors import OUT_OF_MEMORY_WORDS
 from tests.fuzzing import Tally, fuzz
 
 from .helpers import (AUTH, SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_QUEUE, SHIM_TOKEN, decide, infer_error, model_log_lines,
@@ -125,7 +126,8 @@ def test_an_oom_in_a_later_call_fails_the_request_and_the_service_answers_after(
                          json={"state": {"__fixture_fault__": {"oom_when_asked": fatal}}, "decisions": decisions})
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "out_of_memory"
-    assert "CUDA out of memory" in response.json()["error"]["message"]
+    assert response.json()["error"]["message"] == OUT_OF_MEMORY_WORDS  # CUDA's own line: the logs' only
+    assert "CUDA" not in response.text
     settled_call_counts(triton, before, {**NO_CALLS, "ok": 1, "out_of_memory": 1})
     assert any("oom-later.1" in line and "out_of_memory: call 1: OutOfMemoryError" in line
                for line in model_log_lines(triton, "oom-later.1"))

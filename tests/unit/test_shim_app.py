@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from shim.app import build_service, create_app
-from shim.errors import MODEL_NOT_READY, Failure, ModelFailure, Problem, from_triton, unreachable
+from shim.exception_handlers import UNEXPECTED_FAILURE
+from shim.errors import MODEL_NOT_READY, OUT_OF_MEMORY_WORDS, Failure, ModelFailure, Problem, from_triton, unreachable
 from shim.health import CHUNKING
 
 from .fake_model import CALIBRATION, FACTS, FakeModel
@@ -460,8 +461,43 @@ async def test_an_unexpected_exception_is_500_in_the_envelope_with_the_request_i
         response = await client.post("/decide", json=decide_body(), headers={**AUTH, "X-Request-Id": "bug-1"})
     assert response.status_code == 500
     assert response.headers["x-request-id"] == "bug-1"
-    assert response.json() == {"error": {"code": "scoring_failed",
-                                          "message": "failed while building the response: ZeroDivisionError"}}
+    assert response.json() == {"error": {"code": "scoring_failed", "message": UNEXPECTED_FAILURE}}
+
+
+async def test_the_last_resort_500_names_no_exception_and_logs_it(model, caplog):
+    """What failed (the exception's type and text) is the log's, with the request id; the caller learns only that
+    something failed."""
+    model.fail_with = ZeroDivisionError("a bug at 0x7f3a, not an ApiError")
+    app = create_app(make_settings(), model)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    with caplog.at_level(logging.ERROR, logger="intern_decision.shim"):
+        async with httpx.AsyncClient(transport=transport, base_url="http://shim") as client:
+            response = await client.post("/decide", json=decide_body(), headers={**AUTH, "X-Request-Id": "bug-2"})
+    assert response.status_code == 500
+    assert "ZeroDivisionError" not in response.text and "0x7f3a" not in response.text
+    assert "ZeroDivisionError: a bug at 0x7f3a" in caplog.text
+
+
+CUDA_FIRST_LINE = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+                   "139.72 GiB of which 1.25 GiB is free. Process 48213 has 138.40 GiB memory in use.")
+
+
+SYSTEM_ONE_BODY = {"model": "Intern-Decision-4B", "state": "charged twice",
+                   "questions": {"refund": {"type": "noul", "instructions": "refund?"}}}
+
+
+@pytest.mark.parametrize("path, body", [("/decide", decide_body), ("/v1/systemone", lambda: SYSTEM_ONE_BODY)])
+async def test_an_out_of_memory_tells_no_card_and_no_process(client, model, caplog, path, body):
+    """Triton's 503 carries CUDA's first line (capacity, free memory, process ids): the caller is told fixed words,
+    the log keeps the line."""
+    model.fail_with = from_triton(503, f"out_of_memory: call 0: {CUDA_FIRST_LINE}")
+    with caplog.at_level(logging.WARNING, logger="intern_decision.shim"):
+        response = await client.post(path, json=body(), headers=AUTH)
+    assert response.status_code == 503 and response.json()["error"]["code"] == "out_of_memory"
+    assert OUT_OF_MEMORY_WORDS in response.json()["error"]["message"]
+    for secret in ("GiB", "48213", "capacity", "OutOfMemoryError"):
+        assert secret not in response.text
+    assert CUDA_FIRST_LINE in caplog.text
 
 
 async def test_the_openapi_document_is_served_without_auth(client):

@@ -11,7 +11,8 @@ from shim.edge import encoding as encoding_module
 from shim.edge.encoding import (IN_SLICE, MAX_MEMBERS, OUT_SLICE, RATIO_FLOOR, BodyDecoder, BodyTooLarge,
                                 UndecodableBody, UnsupportedEncoding, content_encoding)
 
-BODY = b'{"state": "' + b"x" * 50_000 + b'"}'
+# Hex of random bytes: compresses about 2 times, far within MAX_DECODE_RATIO past RATIO_FLOOR.
+BODY = b'{"state": "' + random.Random(0).randbytes(25_000).hex().encode() + b'"}'
 COMPRESS = {"gzip": gzip.compress, "zstd": zstd.compress}
 
 
@@ -157,4 +158,16 @@ def test_the_ratio_counts_the_bytes_sent_so_far_across_members(encoding):
     with pytest.raises(BodyTooLarge) as refused:
         for _ in range(MAX_MEMBERS):
             decoder.feed(member)
+    assert refused.value.ratio
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_a_few_bytes_sent_cannot_decode_to_tens_of_kib(encoding):
+    """~60 bytes of gzip decoded to 64 KiB of `[{},{},...]` unchecked (4 ms of parsing each); past RATIO_FLOOR
+    (8 KiB) the ratio holds."""
+    body = b"[" + b",".join([b"{}"] * 16_000) + b"]"
+    sent = COMPRESS[encoding](body)
+    assert len(body) // len(sent) > 200 and len(body) < 64 * 1024
+    with pytest.raises(BodyTooLarge) as refused:
+        BodyDecoder(encoding, 10**7, max_ratio=200).feed(sent)
     assert refused.value.ratio

@@ -1,4 +1,4 @@
-"""Triton's errors mapped by the model's kind words, and the model facts read from the metrics text."""
+"""Triton's errors mapped by the model's kind words, the model facts read from the metrics text, and the calls' bytes."""
 import pytest
 
 from shim.errors import from_triton
@@ -58,3 +58,35 @@ def test_facts_come_from_the_info_gauge_of_our_model():
 
 def test_no_facts_until_the_model_publishes_them():
     assert facts_from_metrics("# TYPE nv_inference_count counter\nnv_inference_count 1\n", "intern_decision") is None
+
+
+@pytest.mark.anyio
+async def test_a_requests_state_is_serialized_once_for_all_its_calls(monkeypatch):
+    """Every call of a request carries its state; it is serialized once (a 1 MiB state took 49 ms each time: ~1.3 s
+    of the event loop for 26 calls), and the calls reach Triton as the same bytes as before."""
+    from types import SimpleNamespace
+
+    from shim.errors import ModelFailure
+    from shim.port.triton import TritonModel
+    from tests.unit.shim_helpers import make_settings
+    from wire import strict_json
+
+    state = {"ticket": [1, {"é": "\u2028 line"}, None] * 50}
+    requests = [{"state": state, "questions": {f"q{n}": {"type": "noul", "instructions": f"{n}?"}}}
+                for n in range(26)]
+    expected = [strict_json.dumps(request) for request in requests]
+    dumped, real_dumps = [], strict_json.dumps
+    monkeypatch.setattr(strict_json, "dumps", lambda value: (dumped.append(value), real_dumps(value))[1])
+    sent = []
+
+    async def triton(method, path, timeout, body=None, headers=None):
+        sent.append(body)
+        return SimpleNamespace(status=500, headers={}, body=b'{"error": "refused in the test"}')
+
+    model = TritonModel(make_settings())
+    monkeypatch.setattr(model._inference, "request", triton)
+    with pytest.raises(ModelFailure):
+        await model.predict_calls(requests, "r-1")
+    assert sum(value is state for value in dumped) == 1
+    assert not [value for value in dumped if isinstance(value, dict) and value.get("state") is state]
+    assert all(text in sent[0] for text in expected)

@@ -397,3 +397,16 @@ def test_the_parse_worker_rests_after_each_parse_for_as_long_as_it_parsed(monkey
     clock.now += 1.0  # idle longer than the last parse: no rest owed
     parser._parse(b"[]", "the body")
     assert clock.slept == [0.0, pytest.approx(0.2), 0.0] and gc.isenabled()
+
+
+async def test_a_body_the_loop_would_parse_for_milliseconds_goes_to_the_parse_worker(monkeypatch):
+    """32 KiB of `[1e1,1e1,...]` took ~2 ms of the event loop (64 KiB: ~4 ms); the loop now parses at most
+    ON_LOOP_BYTES (8 KiB), about 0.5 ms of the costliest JSON."""
+    threads = []
+    real_loads = strict_json.loads
+    monkeypatch.setattr(strict_json, "loads",
+                        lambda raw, what: (threads.append(threading.current_thread()), real_loads(raw, what))[1])
+    floats = b"[" + b",".join([b"1e1"] * 8000) + b"]"
+    assert 8 * 1024 < len(floats) < 64 * 1024
+    assert await strict_body(floats) == [10.0] * 8000
+    assert threads[0].name.startswith("body-parse")

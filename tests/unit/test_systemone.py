@@ -3,13 +3,15 @@ predict(), the re-keying of its answers, chunking, every refusal with FastAPI's 
 from __future__ import annotations
 
 import asyncio
+import time
+from types import SimpleNamespace
 import gzip
 import json
 
 import pytest
 from backports import zstd
 
-from shim.errors import Failure, ModelFailure
+from shim.errors import OUT_OF_MEMORY_WORDS, Failure, ModelFailure
 from shim.settings import ShimSettings
 
 from .fake_model import CALIBRATION, FACTS, FakeModel
@@ -218,8 +220,10 @@ async def test_model_failures_as_on_the_semif_routes_503_with_retry_after(client
     model.fail_with = ModelFailure(failure, "boom", call=0)
     response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
     assert response.status_code == status and response.headers.get("retry-after") == retry_after
-    # a model_unavailable failure is told in fixed words (shim/errors.py, Problem.public), the detail logged
-    message = "model unavailable" if failure is Failure.TRITON else "call 0 (questions 1–3): boom"
+    # a model_unavailable failure is told in fixed words (shim/errors.py, Problem.public), the detail logged; so is
+    # an out-of-memory's detail (CUDA's line), after which call failed
+    message = {Failure.TRITON: "model unavailable", Failure.FAILED: "call 0 (questions 1–3): boom",
+               Failure.OUT_OF_MEMORY: f"call 0 (questions 1–3): {OUT_OF_MEMORY_WORDS}"}[failure]
     assert response.json()["error"] == {"code": failure.error.code, "message": message}
 
 
@@ -274,7 +278,7 @@ async def test_the_first_failure_fails_the_batch_naming_the_item(client, model):
     items = [mixed(), mixed(), mixed()]
     response = await client.post("/v1/systemone/batch", json={"requests": items}, headers=AUTH)
     assert response.status_code == 503 and response.headers["retry-after"] == "1"
-    message = "requests[1]: call 0 (questions 1–3): CUDA out of memory"
+    message = f"requests[1]: call 0 (questions 1–3): {OUT_OF_MEMORY_WORDS}"  # CUDA's own line: the log's only
     assert response.json() == {"error": {"code": "out_of_memory", "message": message},
                                "detail": {"error_type": "overloaded_error", "message": message}}
     assert len(model.calls) == 2  # the third item never ran
@@ -491,3 +495,129 @@ async def test_every_mcp_method_needs_the_token(client, model):
 async def test_mcp_is_off_with_its_setting(model):
     async with client_for(model, mcp="0") as client:
         assert (await mcp_call(client, "tools/list")).status_code == 404
+
+
+# -- one parse per /mcp body, none of a large one on the event loop
+
+def nested_groups(size: int, depth: int = 56) -> bytes:
+    """About `size` bytes of state: 56-deep nested arrays, each around a 400-byte string, within the values bound."""
+    group = b"[" * depth + b'"' + b"x" * 400 + b'"' + b"]" * depth
+    return b"[" + b",".join([group] * (size // (len(group) + 1))) + b"]"
+
+
+# The issue's body: about 1 MiB of state, 56-deep nested arrays and nothing else.
+NESTED_ARRAYS = b"[" + b",".join([b"[" * 56 + b"]" * 56] * 9000) + b"]"
+
+
+def tool_call_text(state: bytes) -> bytes:
+    arguments = json.dumps(mixed(state="STATE")).encode().replace(b'"STATE"', state)
+    return (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "system_one", "arguments": '
+            + arguments + b"}}")
+
+
+@pytest.fixture
+def sdk_parses(monkeypatch) -> list[int]:
+    """The sizes of the texts the MCP SDK's transport parses (on the event loop)."""
+    import pydantic_core
+    from mcp.server import streamable_http
+
+    sizes: list[int] = []
+
+    def noting(data, *args, **kwargs):
+        sizes.append(len(data))
+        return pydantic_core.from_json(data, *args, **kwargs)
+
+    monkeypatch.setattr(streamable_http, "pydantic_core", SimpleNamespace(from_json=noting))
+    return sizes
+
+
+async def test_a_large_tool_call_is_parsed_once_and_the_sdk_parses_only_the_message_around_it(client, model,
+                                                                                                sdk_parses):
+    from shim.systemone.mcp import SDK_MESSAGE_BYTES
+
+    text = tool_call_text(nested_groups(1_000_000))
+    called = await client.post("/mcp", content=text, headers={**MCP_HEADERS, "Content-Type": "application/json"})
+    assert called.status_code == 200, called.text[:300]
+    result = called.json()["result"]
+    assert not result.get("isError"), result
+    assert model.calls[0]["state"] == json.loads(nested_groups(1_000_000))
+    assert len(sdk_parses) == 1 and sdk_parses[0] <= SDK_MESSAGE_BYTES < len(text) // 100
+
+
+@pytest.mark.parametrize("state, status", [(NESTED_ARRAYS, 422), (nested_groups(1_000_000), 200)],
+                         ids=["bare", "within the bounds"])
+async def test_large_tool_calls_leave_health_answering(client, state, status):
+    """Eight 1 MB tool calls of 56-deep nested arrays at once (before: /health stalled seconds, past a balancer's 3 s
+    check): refused off the loop when over the values bound, parsed there once when within it."""
+    text = tool_call_text(state)
+    waits, sending = [], True
+
+    async def probe():
+        while sending:
+            started = time.perf_counter()
+            assert (await client.get("/health")).status_code in (200, 503)
+            waits.append(time.perf_counter() - started)
+            await asyncio.sleep(0.005)
+
+    prober = asyncio.create_task(probe())
+    await asyncio.sleep(0.02)
+    called = await asyncio.gather(*[client.post("/mcp", content=text, headers={
+        **MCP_HEADERS, "Content-Type": "application/json"}) for _ in range(8)])
+    sending = False
+    await prober
+    assert [answer.status_code for answer in called] == [status] * 8
+    assert len(waits) >= 3 and max(waits) < 1.0, max(waits)
+
+
+async def test_a_large_mcp_body_that_is_not_strict_is_refused_before_the_sdk_reads_it(client, model, sdk_parses):
+    text = tool_call_text(nested_groups(200_000)[:-1] + b", NaN]")
+    refused = await client.post("/mcp", content=text, headers={**MCP_HEADERS, "Content-Type": "application/json"})
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_request"
+    assert "not finite" in refused.json()["error"]["message"]
+    assert sdk_parses == [] and model.calls == []
+
+
+async def test_an_mcp_message_large_besides_a_tools_arguments_is_413(client, model, sdk_parses):
+    from shim.systemone.mcp import SDK_MESSAGE_BYTES
+
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {"x": "y" * SDK_MESSAGE_BYTES}}}
+    refused = await client.post("/mcp", json=message, headers=MCP_HEADERS)
+    assert refused.status_code == 413 and refused.json()["error"]["code"] == "request_too_large"
+    assert sdk_parses == []
+
+
+async def test_a_state_of_more_values_than_the_bound_is_refused_on_every_entry(client, model):
+    """1 MiB of nested arrays, 56 deep: ~50 MiB once parsed, 1.6 GiB for a queue of 31 (the shim's limit is 2 GiB)."""
+    state = NESTED_ARRAYS
+    routed = await client.post("/v1/systemone", content=json.dumps(mixed(state="STATE")).encode().replace(
+        b'"STATE"', state), headers={**AUTH, "Content-Type": "application/json"})
+    decided = await client.post("/decide", content=json.dumps(
+        {"id": "d", "state": "STATE", "question": "q?", "options": [{"id": "a", "description": "a"},
+                                                                     {"id": "b", "description": "b"}]}).encode()
+        .replace(b'"STATE"', state), headers={**AUTH, "Content-Type": "application/json"})
+    called = await client.post("/mcp", content=tool_call_text(state),
+                               headers={**MCP_HEADERS, "Content-Type": "application/json"})
+    for answer in (routed, decided, called):
+        assert answer.status_code == 422, answer.text[:200]
+        assert "too many values" in answer.json()["error"]["message"]
+    assert model.calls == []
+
+
+@pytest.mark.parametrize("meta", [{"values": list(range(100_000))}, {"numbers": [10 ** 4000] * 3}, {"text": "y" * 9000}],
+                         ids=["many values", "long numbers", "a long string"])
+async def test_a_large_mcp_message_is_refused_without_being_serialized_on_the_loop(client, model, sdk_parses,
+                                                                                      monkeypatch, meta):
+    """What the SDK would be handed is measured on the parsed value first: a large one is never dumped on the loop."""
+    from shim.systemone import mcp
+
+    dumped = []
+    real_dumps = json.dumps
+    monkeypatch.setattr(mcp.json, "dumps",
+                        lambda value, **kwargs: (dumped.append(value), real_dumps(value, **kwargs))[1])
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "list_models", "arguments": {}, "_meta": meta}}
+    refused = await client.post("/mcp", content=real_dumps(message).encode(),
+                                headers={**MCP_HEADERS, "Content-Type": "application/json"})
+    assert refused.status_code == 413 and refused.json()["error"]["code"] == "request_too_large"
+    assert [value for value in dumped if isinstance(value, dict) and value.get("jsonrpc")] == []
+    assert sdk_parses == [] and model.calls == []

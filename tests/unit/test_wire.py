@@ -172,3 +172,24 @@ def test_the_byte_scan_measures_the_decoded_values_depth(value, extra, ascii_onl
     value = nest(extra, value)
     raw = json.dumps(value, ensure_ascii=ascii_only).encode()
     assert strict_json.nested_too_deeply(raw) == (depth(value) > strict_json.MAX_DEPTH)
+
+
+def test_a_text_of_more_values_than_the_bound_is_refused_before_any_is_built(monkeypatch):
+    """A few bytes per value make many objects (1 MiB of `[{},{},...]`: ~50 MiB held): the count, read from the
+    bytes, refuses the text before json builds anything."""
+    at_bound = b"[" + b",".join([b"0"] * (strict_json.MAX_VALUES - 1)) + b"]"
+    assert strict_json.values_at_most(at_bound) == strict_json.MAX_VALUES
+    assert len(strict_json.loads(at_bound, "the body")) == strict_json.MAX_VALUES - 1
+    over = b"[" + b",".join([b"{}"] * (strict_json.MAX_VALUES // 2)) + b"]"
+    built = []
+    monkeypatch.setattr(strict_json.json, "loads", lambda *args, **kwargs: built.append(args))
+    with pytest.raises(strict_json.NotStrictJson, match="the body holds too many values: more than 131072"):
+        strict_json.loads(over, "the body")
+    assert built == []
+
+
+def test_commas_and_brackets_inside_strings_are_not_values():
+    text = json.dumps({"prose": "a, b, [c], {d}" * 60_000, "list": [1, 2, 3]}).encode()
+    assert text.count(b",") + text.count(b"[") + text.count(b"{") > strict_json.MAX_VALUES
+    assert strict_json.values_at_most(text) == 6  # the object, the prose, the list and its three numbers
+    assert strict_json.loads(text, "the body")["list"] == [1, 2, 3]
