@@ -104,7 +104,7 @@ def lifespan_of(watch: ModelWatch, health_check: HealthCheck, mcp):
 
 
 class Service(NamedTuple):
-    """The app and what the server (shim/server.py) and the tests reach besides it: the settings (the connections'
+    """The app and what the server (shim/server/) and the tests reach besides it: the settings (the connections'
     limits among them), the drain it begins on SIGTERM, the model's watch."""
 
     app: Starlette
@@ -126,7 +126,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
     metrics = metrics if metrics is not None else ShimMetrics()
     lock = asyncio.Lock()  # INV-2: one request's calls at a time; the watch pings under it too
     watch = ModelWatch(model, lock, settings.probe_seconds)
-    drain = Drain(settings.drain_seconds)  # begun by the server on SIGTERM (shim/server.py)
+    drain = Drain(settings.drain_seconds)  # begun by the server on SIGTERM (shim/server/)
     openapi = openapi_document()
     health_check = HealthCheck(watch, metrics)
     runner = CallRunner(watch, metrics, lock, drain)

@@ -38,7 +38,7 @@ class ShimSettings:
     body_timeout_seconds: float = 5.0
     api_token_next: str | None = None
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
-    # The connection's bounds (shim/server.py): the request line and headers must arrive within
+    # The connection's bounds (shim/server/): the request line and headers must arrive within
     # header_timeout_seconds of the connection's opening or the request's first byte; at most max_connections open.
     header_timeout_seconds: float = 10.0
     max_connections: int = 256

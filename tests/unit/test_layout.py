@@ -74,6 +74,41 @@ def test_the_port_and_the_edge_know_no_surface_and_not_each_other(layer):
 
 
 
+def test_the_server_knows_no_surface_and_no_port():
+    """shim/server/ bounds connections before any route: it knows neither surface nor the model port."""
+    assert not [(name, target) for name, imported in SHIM.items() if within(name, "shim.server")
+                for target in imported if any(within(target, lower) for lower in (*SURFACES, "shim.port"))]
+
+
+@pytest.mark.parametrize("module", ["shim.server.limits", "shim.server.roster"])
+def test_the_servers_bounds_and_roster_are_pure(module):
+    """What the bounds are and who gives way are decided without a socket, an event loop or uvicorn."""
+    path = ROOT / (module.replace(".", "/") + ".py")
+    assert not [target for target in imports_of(path)
+                if any(within(target, io) for io in ("asyncio", "socket", "uvicorn", "httptools"))]
+
+
+def test_the_server_keeps_no_state_at_module_level():
+    """The roster of a server's connections is the server's (BoundedServer.roster): no module of shim/server/ holds
+    a mutable table that every server in the process would share."""
+    tables = {"dict", "list", "set", "deque", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary"}
+    found = []
+    for path in (ROOT / "shim" / "server").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or getattr(node, "value", None) is None:
+                continue
+            if any(isinstance(target, ast.Name) and target.id == "__all__"
+                   for target in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+                continue
+            value = node.value
+            called = value.func if isinstance(value, ast.Call) else None
+            name = getattr(called, "id", None) or getattr(called, "attr", None)
+            if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) \
+                    or name in tables:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
 def test_the_port_tells_what_happened_and_builds_no_http():
     """The model port raises what happened (the drain stopped the queue, the model failed); the exception handlers
     and the edge turn it into an answer: no Starlette in shim/port/, no error type of the envelope defined there, no
