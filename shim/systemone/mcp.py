@@ -17,7 +17,7 @@ The SDK runs each call's handler in a task of its own, outside the HTTP request'
 request id and the access line's usage from the request's scope (set there by the edge) before any work.
 
 The SDK's own JSON reader takes NaN, Infinity and repeated keys, which the routes refuse: so the endpoint first reads
-the body with the routes' strict reader (shim/edge/json_body.py, off the event loop when it is large) and notes a
+the body with the routes' strict reader (shim/json_body.py, off the event loop when it is large) and notes a
 refusal in the request's scope, and a tool called by such a body answers the routes' 422 as its tool error.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from wire import strict_json
 
 from .. import context
 from ..client_gone import ClientGone
-from ..edge.json_body import strict_body
+from ..json_body import strict_body
 from ..errors import ApiError, UnprocessableRequest
 from ..exception_handlers import as_api_error, error_body
 from ..port.waiting import QueueStopped

@@ -4,6 +4,7 @@ in wire/."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -251,3 +252,39 @@ def test_one_anchor_request(top):
     writing = [str(path.relative_to(ROOT)) for path in (ROOT / top).rglob("*.py")
                if ANCHOR_STATE_TEXT in path.read_text()]
     assert writing == ([ONE_ANCHOR] if top == "acceptance" else [])
+
+
+# A package's map: its __init__ docstring lists its modules, one a line, the name at the line's start and two spaces
+# or the line's end after it (a subpackage or a folder of data with a slash: "edge/", "static/").
+MAP_ENTRY = re.compile(r"^([a-z_][a-z0-9_]*(?:/|\.json)?)(?: {2,}|$)", re.M)
+SHIM_PACKAGES = sorted(init.parent for init in (ROOT / "shim").rglob("__init__.py"))
+
+
+def map_of(package: Path) -> set[str]:
+    return set(MAP_ENTRY.findall(ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""))
+
+
+def contents_of(package: Path) -> set[str]:
+    """What a map must name: the modules (not __init__ nor __main__), the subpackages and data folders, the data files
+    beside the modules."""
+    found = set()
+    for child in package.iterdir():
+        if child.is_dir() and child.name != "__pycache__":
+            found.add(child.name + "/")
+        elif child.suffix == ".py" and not child.name.startswith("__"):
+            found.add(child.stem)
+        elif child.suffix == ".json":
+            found.add(child.name)
+    return found
+
+
+def test_a_package_map_is_read():
+    assert {"app", "server/", "edge/", "openapi.json"} <= map_of(ROOT / "shim")
+    assert {"framing", "tokens", "encoding"} <= map_of(ROOT / "shim" / "edge")
+
+
+@pytest.mark.parametrize("package", SHIM_PACKAGES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_module_appears_in_its_packages_map(package):
+    """A newcomer finds a module from its package's map: each one is there, and the map names nothing that is gone."""
+    listed, present = map_of(package), contents_of(package)
+    assert (sorted(present - listed), sorted(listed - present)) == ([], []), "(not in the map, in the map but gone)"
