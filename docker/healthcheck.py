@@ -51,11 +51,12 @@ def get(url: str, headers: dict[str, str] | None = None) -> None:
 def ping_model(base_url: str, model: str, env: Mapping[str, str]) -> None:
     """One ping through the model, with the key from INTERN_DECISION_TRITON_API_KEY_FILE (default
     /run/secrets/triton_api_key); raises Unhealthy unless the model answers it or is busy (wire/liveness.py)."""
-    from wire.liveness import liveness  # the Triton image's venv holds wire; the shim's check never pings
+    from wire.env import positive_number  # the Triton image's venv holds wire; the shim's check never pings
+    from wire.liveness import liveness
     from wire.ping import api_key_from
 
+    timeout = positive_number(env, "PING_TIMEOUT_SECONDS", "of seconds > 0") or PING_TIMEOUT_SECONDS
     key = api_key_from({KEY_FILE_VARIABLE: DEFAULT_KEY_FILE, **env})
-    timeout = float(env.get("INTERN_DECISION_PING_TIMEOUT_SECONDS") or PING_TIMEOUT_SECONDS)
     verdict = liveness(urlsplit(base_url).netloc, TRITON_METRICS_URL, model, key, timeout)
     if not verdict.alive:
         raise Unhealthy(verdict.detail)

@@ -97,101 +97,11 @@ TRAINING_TEXT = (
     "system user assistant tool image video picture think reasoning content decision",
 )
 
-# A Qwen3.5-style chat template, written for this fixture (the notes' template; same rendered format as the
-# published Qwen3.5 template for system/user/assistant/tool turns, vision placeholders with add_vision_id, the
-# <think> block of assistant turns after the last user query, and the generation prompt).
-CHAT_TEMPLATE = r"""{%- set vis = namespace(images=0, videos=0) -%}
-{%- macro render(content, count_vision, in_system=false) -%}
-{%- if content is string -%}
-{{- content -}}
-{%- elif content is none or content is undefined -%}
-{{- '' -}}
-{%- elif content is iterable and content is not mapping -%}
-{%- for part in content -%}
-{%- if part.type == 'image' or 'image' in part or 'image_url' in part -%}
-{%- if in_system %}{{- raise_exception('System message cannot contain images.') -}}{% endif -%}
-{%- if count_vision %}{%- set vis.images = vis.images + 1 -%}{% endif -%}
-{%- if add_vision_id %}{{- 'Picture ' ~ vis.images ~ ': ' -}}{% endif -%}
-{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}
-{%- elif part.type == 'video' or 'video' in part -%}
-{%- if in_system %}{{- raise_exception('System message cannot contain videos.') -}}{% endif -%}
-{%- if count_vision %}{%- set vis.videos = vis.videos + 1 -%}{% endif -%}
-{%- if add_vision_id %}{{- 'Video ' ~ vis.videos ~ ': ' -}}{% endif -%}
-{{- '<|vision_start|><|video_pad|><|vision_end|>' -}}
-{%- elif 'text' in part -%}
-{{- part.text -}}
-{%- else -%}
-{{- raise_exception('Unexpected item type in content.') -}}
-{%- endif -%}
-{%- endfor -%}
-{%- else -%}
-{{- raise_exception('Unexpected content type.') -}}
-{%- endif -%}
-{%- endmacro -%}
-{%- if not messages %}{{- raise_exception('No messages provided.') -}}{% endif -%}
-{%- if tools and tools is iterable and tools is not mapping -%}
-{{- '<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>' -}}
-{%- for tool in tools %}{{- '\n' ~ (tool | tojson) -}}{% endfor -%}
-{{- '\n</tools>' -}}
-{%- if messages[0].role == 'system' -%}
-{%- set sys_text = render(messages[0].content, false, true) | trim -%}
-{%- if sys_text %}{{- '\n\n' ~ sys_text -}}{% endif -%}
-{%- endif -%}
-{{- '<|im_end|>\n' -}}
-{%- elif messages[0].role == 'system' -%}
-{{- '<|im_start|>system\n' ~ (render(messages[0].content, false, true) | trim) ~ '<|im_end|>\n' -}}
-{%- endif -%}
-{%- set q = namespace(last=-1) -%}
-{%- for m in messages -%}
-{%- if m.role == 'user' -%}
-{%- set t = render(m.content, false) | trim -%}
-{%- if not (t.startswith('<tool_response>') and t.endswith('</tool_response>')) %}{%- set q.last = loop.index0 -%}{% endif -%}
-{%- endif -%}
-{%- endfor -%}
-{%- if q.last < 0 %}{{- raise_exception('No user query found in messages.') -}}{% endif -%}
-{%- for m in messages -%}
-{%- set text = render(m.content, true) | trim -%}
-{%- if m.role == 'system' -%}
-{%- if not loop.first %}{{- raise_exception('System message must be at the beginning.') -}}{% endif -%}
-{%- elif m.role == 'user' -%}
-{{- '<|im_start|>user\n' ~ text ~ '<|im_end|>\n' -}}
-{%- elif m.role == 'assistant' -%}
-{%- set reasoning = '' -%}
-{%- if m.reasoning_content is string -%}
-{%- set reasoning = m.reasoning_content -%}
-{%- elif '</think>' in text -%}
-{%- set reasoning = text.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') -%}
-{%- set text = text.split('</think>')[-1].lstrip('\n') -%}
-{%- endif -%}
-{%- if loop.index0 > q.last -%}
-{{- '<|im_start|>assistant\n<think>\n' ~ (reasoning | trim) ~ '\n</think>\n\n' ~ text -}}
-{%- else -%}
-{{- '<|im_start|>assistant\n' ~ text -}}
-{%- endif -%}
-{%- if m.tool_calls and m.tool_calls is iterable and m.tool_calls is not mapping -%}
-{%- for call in m.tool_calls -%}
-{%- set fn = call.function if call.function is defined else call -%}
-{%- if not loop.first %}{{- '\n' -}}{% elif text | trim %}{{- '\n\n' -}}{% endif -%}
-{{- '<tool_call>\n<function=' ~ fn.name ~ '>\n' -}}
-{%- for k, v in (fn.arguments | default({}, true)) | items -%}
-{{- '<parameter=' ~ k ~ '>\n' ~ (v | tojson if (v is mapping or (v is sequence and v is not string)) else v | string) ~ '\n</parameter>\n' -}}
-{%- endfor -%}
-{{- '</function>\n</tool_call>' -}}
-{%- endfor -%}
-{%- endif -%}
-{{- '<|im_end|>\n' -}}
-{%- elif m.role == 'tool' -%}
-{%- if loop.first or loop.previtem.role != 'tool' %}{{- '<|im_start|>user' -}}{% endif -%}
-{{- '\n<tool_response>\n' ~ text ~ '\n</tool_response>' -}}
-{%- if loop.last or loop.nextitem.role != 'tool' %}{{- '<|im_end|>\n' -}}{% endif -%}
-{%- else -%}
-{{- raise_exception('Unexpected message role.') -}}
-{%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-{{- '<|im_start|>assistant\n' -}}
-{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' -}}{% else %}{{- '<think>\n' -}}{% endif -%}
-{%- endif -%}"""
+# A Qwen3.5-style chat template, written for this fixture (chat_template.jinja beside this file: the notes' template;
+# same rendered format as the published Qwen3.5 template for system/user/assistant/tool turns, vision placeholders
+# with add_vision_id, the <think> block of assistant turns after the last user query, and the generation prompt).
+# The file ends its last line with a newline; the template the checkpoint carries never had one.
+CHAT_TEMPLATE = (HERE / "chat_template.jinja").read_text(encoding="utf-8").removesuffix("\n")
 
 # The vision geometry shared by the model's vision config and the (unused on CPU) processor configs.
 PATCH_SIZE = 16

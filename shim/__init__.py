@@ -5,7 +5,8 @@ other. From the outside in:
 
 app         the Starlette application: wiring only; one CallRunner (one lock) for both surfaces; build_service
             hands the app over with its settings, drain and watch (Service)
-server      uvicorn as python -m shim runs a Service, request headers and connections bounded      (I/O)
+server/     uvicorn as python -m shim runs a Service, each connection bounded before the app: the limits, the
+            connections' roster, the refusals it writes itself, the protocol, the draining server      (I/O)
 edge/       the request before any route, pure ASGI middleware, one concern each, ordered in app:
             request_id, access (one access line and the request series), framing (Transfer-Encoding; an answer
             before the body's end closes the connection), auth (401, with tokens), draining (503 once the drain
@@ -16,7 +17,8 @@ semif/      POST /decide and POST /decide/shared: request (the bodies checked in
 systemone/  GET /v1/models, POST /v1/systemone and its batch: catalog, request, answers, service, routes; TypeSafe's
             conventions on those paths (conventions), the same operations as MCP tools at /mcp (mcp)
 health      GET /health and the model_up gauge, from what the watch knows
-playground/ GET /playground: a page for people (static files from the package) and GET / pointing to it; it
+playground/
+            GET /playground: a page for people (static files from the package) and GET / pointing to it; it
             calls the public API like any caller and imports nothing of the shim
 exception_handlers
             every error the app raises answered in the envelope (Starlette's exception handlers), and what the
@@ -30,7 +32,9 @@ errors      the error envelope, the public errors, the one 422 type (Unprocessab
             type of a call (Failure on wire.Kind), why the model is unusable (Problem: public words, private
             detail, both set where it arises)                                                           (pure)
 drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
-client_gone a request whose client went away is not scored (the watched channel, ClientGone), 499
+json_body   a request's JSON read strictly, off the event loop when it is large (both surfaces' routes and MCP)
+client_gone
+            a request whose client went away is not scored (the watched channel, ClientGone), 499
 context     the request's id and usage, in ContextVars the middleware, the logs and the services share
 settings    configuration from INTERN_DECISION_* (validated, fail closed)
 metrics     the Prometheus series, served on a port of their own                                    (I/O)

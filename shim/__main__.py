@@ -1,6 +1,6 @@
 """python -m shim [--host H] [--port P]: serve the shim with uvicorn, one worker (INV-2), and its metrics on a port
 of their own (INTERN_DECISION_METRICS_HOST / INTERN_DECISION_METRICS_PORT, default the shim's host and 9464; 0 off),
-its request headers bounded in size and time and uvicorn's access log off (shim/server.py).
+its request headers bounded in size and time and uvicorn's access log off (shim/server/).
 
 Configuration is read from INTERN_DECISION_* and validated before the server starts; a bad value stops it. Logs
 are JSON lines on stdout (shim/logs.py).
@@ -12,34 +12,22 @@ import logging.config
 import os
 import sys
 
-from wire.env import port_number
-
 from . import logs, metrics, server
 from .app import build_service
 from .settings import ShimSettings
 
 
-def listen_port(raw: str) -> int:
-    port = port_number(raw)
-    if port is None:
-        raise ValueError(f"INTERN_DECISION_PORT must be a port number 1..65535, got {raw!r}")
-    return port
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shim")
-    parser.add_argument("--host", default=os.environ.get("INTERN_DECISION_HOST") or "127.0.0.1")
+    parser.add_argument("--host", help="default: INTERN_DECISION_HOST, else 127.0.0.1")
     parser.add_argument("--port", help="default: INTERN_DECISION_PORT, else 8080")
     args = parser.parse_args(argv)
     try:
-        port = listen_port(args.port or os.environ.get("INTERN_DECISION_PORT") or "8080")
-        settings = ShimSettings.from_env(os.environ)
-        metrics_address = metrics.listen_address(os.environ, args.host)
-        if metrics_address is not None and metrics_address[1] == port:
-            raise ValueError(f"INTERN_DECISION_METRICS_PORT must differ from the shim's port {port}")
+        settings = ShimSettings.from_env(os.environ, host=args.host, port=args.port)
     except ValueError as exc:
         print(f"refusing to start: {exc}", file=sys.stderr)
         return 2
+    metrics_address = settings.metrics_address
     shim_metrics = metrics.ShimMetrics()
     log_config = logs.log_config()
     if metrics_address is not None:
@@ -53,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.config.dictConfig(log_config)
     if metrics_address is not None:
         logging.getLogger("intern_decision.shim").info("metrics on http://%s:%d/metrics", host, metrics_port)
-    server.run(build_service(settings, metrics=shim_metrics), args.host, port, log_config)
+    server.run(build_service(settings, metrics=shim_metrics), settings.host, settings.port, log_config)
     return 0
 
 

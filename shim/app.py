@@ -13,10 +13,11 @@ import asyncio
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -50,19 +51,25 @@ from .systemone.service import SystemOneService
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 
-class ShimApp(Starlette):
-    """Starlette with the request id and the access line outside its ServerErrorMiddleware, so that even an
-    unexpected exception's 500 carries the id and is counted; inside them the request's framing (shim/edge/framing.py):
-    a Transfer-Encoding other than chunked refused, a response before the body's end closing the connection."""
+# Where Starlette's own ServerErrorMiddleware (its last-resort 500) stands in the stack; ShimApp puts it there.
+LAST_RESORT_500 = Middleware(ServerErrorMiddleware)
 
-    def __init__(self, *, metrics: ShimMetrics, typesafe_prefixes: tuple[str, ...], **kwargs: Any):
-        self._metrics = metrics
-        self._typesafe_prefixes = typesafe_prefixes
-        super().__init__(**kwargs)
+
+class ShimApp(Starlette):
+    """Starlette, its middleware one ordered list, outermost first, LAST_RESORT_500 in it where Starlette's own
+    ServerErrorMiddleware goes: what stands above it wraps even an unexpected exception's 500. Below the list come
+    Starlette's ExceptionMiddleware (the exception handlers) and the router, as in Starlette's own stack."""
+
+    def __init__(self, *, middleware: Sequence[Middleware], **kwargs: Any):
+        (split,) = [index for index, layer in enumerate(middleware) if layer is LAST_RESORT_500]
+        self._outside_last_resort = list(middleware[:split])
+        super().__init__(middleware=middleware[split + 1:], **kwargs)
 
     def build_middleware_stack(self) -> ASGIApp:
-        framed = CloseUnread(TransferEncodingGuard(super().build_middleware_stack()))
-        return RequestId(SystemOneConventions(AccessLog(framed, metrics=self._metrics), self._typesafe_prefixes))
+        app = super().build_middleware_stack()
+        for cls, args, kwargs in reversed(self._outside_last_resort):
+            app = cls(app, *args, **kwargs)
+        return app
 
 
 def openapi_document() -> bytes:
@@ -104,13 +111,39 @@ def lifespan_of(watch: ModelWatch, health_check: HealthCheck, mcp):
 
 
 class Service(NamedTuple):
-    """The app and what the server (shim/server.py) and the tests reach besides it: the settings (the connections'
+    """The app and what the server (shim/server/) and the tests reach besides it: the settings (the connections'
     limits among them), the drain it begins on SIGTERM, the model's watch."""
 
     app: Starlette
     settings: ShimSettings
     drain: Drain
     watch: ModelWatch
+
+
+def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain) -> list[Middleware]:
+    """Every layer a request passes before its route, outermost first (shim/edge/)."""
+    return [
+        # Outside the last-resort 500, so that even it carries the request id, the access line and TypeSafe's
+        # conventions on the System One paths.
+        Middleware(RequestId),
+        Middleware(SystemOneConventions, TYPESAFE_PREFIXES),
+        Middleware(AccessLog, metrics=metrics),
+        # The request's framing: an answer before the body's end closes the connection; Transfer-Encoding other
+        # than chunked refused.
+        Middleware(CloseUnread),
+        Middleware(TransferEncodingGuard),
+        LAST_RESORT_500,
+        # The contract's order for a POST: 401, 503 draining, 415, 429, then the body (413, 408, 422); each refusal
+        # from the headers alone until admitted, so a refused request never takes a slot nor has its body read.
+        Middleware(BearerAuth, tokens=AcceptedTokens(settings.api_token, settings.api_token_next),
+                   authenticated_paths=frozenset({"/v1/models", MCP_PATH})),
+        Middleware(RefuseWhileDraining, drain=drain),
+        Middleware(KnownEncoding),
+        Middleware(Admission, max_queue=settings.max_queue, drain=drain),
+        Middleware(BodyReader, max_body_bytes=settings.max_body_bytes,
+                   body_timeout_seconds=settings.body_timeout_seconds, max_decode_ratio=settings.max_decode_ratio),
+        Middleware(DisconnectWatch),
+    ]
 
 
 def create_app(settings: ShimSettings, model: Model | None = None, metrics: ShimMetrics | None = None) -> Starlette:
@@ -126,7 +159,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
     metrics = metrics if metrics is not None else ShimMetrics()
     lock = asyncio.Lock()  # INV-2: one request's calls at a time; the watch pings under it too
     watch = ModelWatch(model, lock, settings.probe_seconds)
-    drain = Drain(settings.drain_seconds)  # begun by the server on SIGTERM (shim/server.py)
+    drain = Drain(settings.drain_seconds)  # begun by the server on SIGTERM (shim/server/)
     openapi = openapi_document()
     health_check = HealthCheck(watch, metrics)
     runner = CallRunner(watch, metrics, lock, drain)
@@ -143,19 +176,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
             *([Route(MCP_PATH, mcp, methods=["POST"])] if mcp is not None else []),
             *(playground_routes() if settings.playground else []),
         ],
-        # The contract's order for a POST: 401, 503 draining, 415, 429, then the body (413, 408, 422); each refusal
-        # from the headers alone until admitted, so a refused request never takes a slot nor has its body read.
-        middleware=[Middleware(BearerAuth, tokens=AcceptedTokens(settings.api_token, settings.api_token_next),
-                               authenticated_paths=frozenset({"/v1/models", MCP_PATH})),
-                    Middleware(RefuseWhileDraining, drain=drain),
-                    Middleware(KnownEncoding),
-                    Middleware(Admission, max_queue=settings.max_queue, drain=drain),
-                    Middleware(BodyReader, max_body_bytes=settings.max_body_bytes,
-                               body_timeout_seconds=settings.body_timeout_seconds,
-                               max_decode_ratio=settings.max_decode_ratio),
-                    Middleware(DisconnectWatch)],
-        metrics=metrics,
-        typesafe_prefixes=("/v1/",),
+        middleware=middleware_stack(settings, metrics, drain),
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan_of(watch, health_check, mcp),
     )
@@ -164,6 +185,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
 
 
 MCP_PATH = "/mcp"
+TYPESAFE_PREFIXES = ("/v1/",)  # the paths that follow TypeSafe's conventions
 
 
 def _mcp_tools(service: SystemOneService, openapi: dict):

@@ -9,7 +9,7 @@ drain lasts DRAIN_SECONDS plus one request, never the sum of the queue. The shim
 and no admitted request is left; Triton, started first, outlives it.
 
 begin() is called from a signal handler and only records the moment; the server ticks the drain from its loop
-(shim/server.py, every 0.1 s), which wakes the waiting requests once it refuses.
+(shim/server/, every 0.1 s), which wakes the waiting requests once it refuses.
 """
 from __future__ import annotations
 

@@ -34,9 +34,9 @@ DRAINING = PublicError(503, "draining")
 INVALID = PublicError(422, "invalid_request")
 SCORING_FAILED = PublicError(500, "scoring_failed")
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
-# Headers refused by the server before there is a request (shim/server.py).
+# Headers refused by the server before there is a request (shim/server/).
 HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large")
-# A request on a connection beyond MAX_CONNECTIONS (shim/server.py), answered and closed.
+# A request on a connection beyond MAX_CONNECTIONS (shim/server/), answered and closed.
 TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections")
 # A Transfer-Encoding other than chunked alone (shim/edge/framing.py).
 UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding")

@@ -21,11 +21,10 @@ import sys
 import threading
 import time
 from socketserver import ThreadingMixIn
-from typing import Iterable, Mapping
+from typing import Iterable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, make_wsgi_app
-from wire.env import port_number
 
 from .errors import Failure
 
@@ -36,7 +35,6 @@ CALLS_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 # The model's own kinds (the wire protocol's words), Triton answering an error of its own or not ready
 # (model_unavailable), no answer at all (transport), an answer that cannot be read (unreadable_answer).
 TRITON_ERROR_KINDS = tuple(failure.label for failure in Failure if failure.label is not None)
-DEFAULT_PORT = 9464
 
 
 class ShimMetrics:
@@ -89,19 +87,6 @@ class ShimMetrics:
     def triton_error(self, failure: Failure) -> None:
         if failure.label is not None:
             self._triton_errors[failure.label].inc()
-
-
-def listen_address(env: Mapping[str, str], shim_host: str) -> tuple[str, int] | None:
-    """Where the metrics are served: INTERN_DECISION_METRICS_HOST (default: the shim's host) and
-    INTERN_DECISION_METRICS_PORT (default 9464); port 0 turns them off. A bad value is a ValueError naming it."""
-    raw = env.get("INTERN_DECISION_METRICS_PORT", "") or str(DEFAULT_PORT)
-    port = port_number(raw, lowest=0)
-    if port is None:
-        raise ValueError(f"INTERN_DECISION_METRICS_PORT must be a port number 1..65535, or 0 for no metrics, "
-                         f"got {raw!r}")
-    if port == 0:
-        return None
-    return env.get("INTERN_DECISION_METRICS_HOST", "") or shim_host, port
 
 
 # The metrics server's bounds: a connection's whole exchange (request in, answer out) within DEADLINE_SECONDS, and at

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from wire.env import PREFIX, get, integer, port_number, positive_number
+from wire.env import PREFIX, get, integer, listen_port, port_number, positive_number
 
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+")
@@ -19,6 +19,9 @@ DEFAULT_MAX_DECISIONS = 64
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_CALL_TIMEOUT_SECONDS = 120.0
 DEFAULT_DRAIN_SECONDS = 5.0
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_METRICS_PORT = 9464
 _MODEL_NAME = re.compile(r"[\x21-\x7e]{1,128}")
 
 
@@ -38,7 +41,7 @@ class ShimSettings:
     body_timeout_seconds: float = 5.0
     api_token_next: str | None = None
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
-    # The connection's bounds (shim/server.py): the request line and headers must arrive within
+    # The connection's bounds (shim/server/): the request line and headers must arrive within
     # header_timeout_seconds of the connection's opening or the request's first byte; at most max_connections open.
     header_timeout_seconds: float = 10.0
     max_connections: int = 256
@@ -57,12 +60,25 @@ class ShimSettings:
     mcp: bool = True
     # The playground, a page for people at /playground (shim/playground/).
     playground: bool = True
+    # Where python -m shim listens, and its metrics (shim/metrics.py): metrics_host "" is the shim's host, metrics_port
+    # 0 serves no metrics.
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    metrics_host: str = ""
+    metrics_port: int = DEFAULT_METRICS_PORT
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where the metrics are served; None when they are off."""
+        return None if self.metrics_port == 0 else (self.metrics_host or self.host, self.metrics_port)
 
     def __repr__(self) -> str:  # never print the token or the key
         return f"ShimSettings(model_name={self.model_name!r}, triton_url={self.triton_url!r}, ...)"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "ShimSettings":
+    def from_env(cls, env: Mapping[str, str], host: str | None = None, port: str | None = None) -> "ShimSettings":
+        """host, port: the command line's --host and --port, when given, in place of HOST and PORT."""
+        listen = listen_port(env, "PORT", DEFAULT_PORT, given=port)
         token = _secret(env, "API_TOKEN")
         triton_api_key = _secret(env, "TRITON_API_KEY")
         if triton_api_key == token:  # the key sits on tritonserver's command line; the token must never
@@ -110,7 +126,18 @@ class ShimSettings:
             max_decode_ratio=integer(env, "MAX_DECODE_RATIO", 200),
             mcp=_switch(env, "MCP", True),
             playground=_switch(env, "PLAYGROUND", True),
+            host=(get(env, "HOST") or DEFAULT_HOST) if host is None else host,
+            port=listen,
+            metrics_host=get(env, "METRICS_HOST"),
+            metrics_port=_metrics_port(env, listen),
         )
+
+
+def _metrics_port(env: Mapping[str, str], listen: int) -> int:
+    port = listen_port(env, "METRICS_PORT", DEFAULT_METRICS_PORT, zero_means="no metrics")
+    if port == listen:
+        raise ValueError(f"{PREFIX}METRICS_PORT must differ from the shim's port {listen}")
+    return port
 
 
 def _secret(env: Mapping[str, str], name: str) -> str:

@@ -47,6 +47,18 @@ def port_number(raw: str, lowest: int = 1) -> int | None:
     return int(raw)
 
 
+def listen_port(env: Mapping[str, str], name: str, default: int, given: str | None = None,
+                zero_means: str | None = None) -> int:
+    """INTERN_DECISION_<name> as a port to listen on, or `given` (a command line's value) in its place; default when
+    neither is set. zero_means: 0 is allowed too, and means that (the message says so)."""
+    raw = given or get(env, name) or str(default)
+    port = port_number(raw, lowest=0 if zero_means else 1)
+    if port is None:
+        also = f", or 0 for {zero_means}" if zero_means else ""
+        raise ValueError(f"{PREFIX}{name} must be a port number 1..{MAX_PORT}{also}, got {raw!r}")
+    return port
+
+
 def host_port(address: str) -> tuple[str, int]:
     """'host:port' or '[IPv6]:port' as (host, port), the brackets dropped."""
     host, _, port = address.rpartition(":")

@@ -6,11 +6,13 @@ the disconnect watch.
 request_id  X-Request-Id on every response, and the request's ContextVar
 access      one access line and the request series per request
 framing     Transfer-Encoding other than chunked refused; an answer before the body's end closes the connection
-auth        the bearer token (tokens: API_TOKEN and API_TOKEN_NEXT, compared in constant time)
+auth        the bearer token
+tokens      the tokens auth accepts: API_TOKEN and API_TOKEN_NEXT, compared in constant time
 draining    a new POST once the drain refuses
 admission   at most MAX_QUEUE POSTs queued or scoring
 body        the Content-Encoding known, the body read within MAX_BODY_BYTES and BODY_TIMEOUT_SECONDS, decoded
-            (encoding: gzip and zstd within the limit, in bounded steps) and replayed to the app
+            and replayed to the app
+encoding    gzip and zstd decoded within the body's limit, in bounded steps
 disconnect  the POST's channel watched for the client's leaving (shim/client_gone.py: never scored, 499)
 refusal     which requests the POST guards apply to (is_post), and a refusal in the envelope
 """

@@ -29,7 +29,7 @@ IN_SLICE = 64 * 1024  # bytes of the body given to a decompressor at once
 OUT_SLICE = 256 * 1024  # decoded bytes asked of it at once
 MAX_MEMBERS = 64  # gzip members or zstd frames in one body
 # Decoded bytes a body may always reach, whatever it was sent as: the most the event loop parses itself
-# (shim/edge/json_body.py ON_LOOP_BYTES), so that no body of a few bytes sent costs the loop more than that parse.
+# (shim/json_body.py ON_LOOP_BYTES), so that no body of a few bytes sent costs the loop more than that parse.
 RATIO_FLOOR = 8 * 1024
 DEFAULT_MAX_RATIO = 200  # decoded bytes per byte sent (MAX_DECODE_RATIO)
 _MEMBER_WORD = {"gzip": "members", "zstd": "frames"}

@@ -7,7 +7,7 @@ from typing import Any
 
 from wire import strict_json
 
-from ..edge.json_body import strict_body
+from ..json_body import strict_body
 from ..errors import UnprocessableRequest
 
 ORDERINGS = ("none", "rotations", "all")
@@ -62,7 +62,7 @@ class Decision:
 
 
 async def parse_json(body: bytes) -> Any:
-    """The body's value, read off the event loop when it is large (shim/edge/json_body.py)."""
+    """The body's value, read off the event loop when it is large (shim/json_body.py)."""
     try:
         return await strict_body(body)
     except strict_json.NotStrictJson as exc:

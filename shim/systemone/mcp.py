@@ -17,7 +17,7 @@ The SDK runs each call's handler in a task of its own, outside the HTTP request'
 request id and the access line's usage from the request's scope (set there by the edge) before any work.
 
 The SDK's own JSON reader takes NaN, Infinity and repeated keys, which the routes refuse, and it parses on the event
-loop: so the endpoint reads the body once, with the routes' strict reader (shim/edge/json_body.py, off the event loop
+loop: so the endpoint reads the body once, with the routes' strict reader (shim/json_body.py, off the event loop
 when it is large). A tools/call's arguments (the only part of a message that is large) stay in the request's scope,
 parsed, and the SDK is handed the message without them, which it parses on the loop in no time; a message still over
 SDK_MESSAGE_BYTES without its arguments is 413. A body that is not strict JSON is noted in the scope and handed to
@@ -42,10 +42,10 @@ from wire import strict_json
 
 from .. import context
 from ..client_gone import ClientGone
-from ..edge.json_body import ON_LOOP_BYTES, strict_body
 from ..edge.refusal import refuse
 from ..errors import INVALID, TOO_LARGE, ApiError, UnprocessableRequest
 from ..exception_handlers import as_api_error, error_body
+from ..json_body import ON_LOOP_BYTES, strict_body
 from ..port.waiting import QueueStopped
 from .request import SystemOneInvalid
 from .service import SystemOneService

@@ -8,7 +8,7 @@ from starlette.routing import Route
 
 from wire import strict_json
 
-from ..edge.json_body import strict_body
+from ..json_body import strict_body
 from .request import SystemOneInvalid
 from .service import SystemOneService
 

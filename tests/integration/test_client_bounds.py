@@ -23,7 +23,7 @@ from .helpers import NAME, SHIM_TOKEN
 pytestmark = pytest.mark.triton
 MAX_CONNECTIONS = 8
 PER_PEER = 3
-MAX_PIPELINED_REQUESTS = 16  # shim/server.py
+MAX_PIPELINED_REQUESTS = 16  # shim/server/limits.py
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""python -m tests.unit.fake_shim --port P: the real shim server (shim/server.py: uvicorn, the drain on SIGTERM) over
+"""python -m tests.unit.fake_shim --port P: the real shim server (shim/server/: uvicorn, the drain on SIGTERM) over
 the fake model, each inference taking FAKE_CALL_SECONDS; settings from INTERN_DECISION_* like python -m shim."""
 from __future__ import annotations
 

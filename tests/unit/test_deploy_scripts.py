@@ -266,6 +266,18 @@ def test_the_pings_timeout_can_be_raised_above_one_call(healthcheck, monkeypatch
     assert timeouts == [healthcheck.PING_TIMEOUT_SECONDS, 125.0]
 
 
+
+@pytest.mark.parametrize("bad", ["0", "-5", "nan", "inf", "five"])
+def test_a_bad_ping_timeout_is_refused_naming_the_variable(healthcheck, monkeypatch, tmp_path, bad, capsys):
+    """Validated as every setting is (wire/env.py): a bad value is unhealthy with one line naming it, never a ping
+    with a timeout of zero or forever."""
+    env = {**key_env(tmp_path, KEY), "INTERN_DECISION_PING_TIMEOUT_SECONDS": bad}
+    with pytest.raises(ValueError, match="INTERN_DECISION_PING_TIMEOUT_SECONDS must be a finite number of seconds"):
+        healthcheck.ping_model("http://127.0.0.1:8000", "intern_decision", env)
+    monkeypatch.setattr(healthcheck, "get", lambda url, headers=None: None)  # Triton ready: the ping comes next
+    assert healthcheck.main(["triton"], env) == 1
+    assert capsys.readouterr().err.count("INTERN_DECISION_PING_TIMEOUT_SECONDS") == 1
+
 def test_the_liveness_ping_is_healthy_when_busy_and_unhealthy_when_hung(healthcheck, monkeypatch, capsys, tmp_path):
     import wire.liveness
 

@@ -76,6 +76,41 @@ def test_the_port_and_the_edge_know_no_surface_and_not_each_other(layer):
 
 
 
+def test_the_server_knows_no_surface_and_no_port():
+    """shim/server/ bounds connections before any route: it knows neither surface nor the model port."""
+    assert not [(name, target) for name, imported in SHIM.items() if within(name, "shim.server")
+                for target in imported if any(within(target, lower) for lower in (*SURFACES, "shim.port"))]
+
+
+@pytest.mark.parametrize("module", ["shim.server.limits", "shim.server.roster"])
+def test_the_servers_bounds_and_roster_are_pure(module):
+    """What the bounds are and who gives way are decided without a socket, an event loop or uvicorn."""
+    path = ROOT / (module.replace(".", "/") + ".py")
+    assert not [target for target in imports_of(path)
+                if any(within(target, io) for io in ("asyncio", "socket", "uvicorn", "httptools"))]
+
+
+def test_the_server_keeps_no_state_at_module_level():
+    """The roster of a server's connections is the server's (BoundedServer.roster): no module of shim/server/ holds
+    a mutable table that every server in the process would share."""
+    tables = {"dict", "list", "set", "deque", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary"}
+    found = []
+    for path in (ROOT / "shim" / "server").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or getattr(node, "value", None) is None:
+                continue
+            if any(isinstance(target, ast.Name) and target.id == "__all__"
+                   for target in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+                continue
+            value = node.value
+            called = value.func if isinstance(value, ast.Call) else None
+            name = getattr(called, "id", None) or getattr(called, "attr", None)
+            if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) \
+                    or name in tables:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
 def test_the_port_tells_what_happened_and_builds_no_http():
     """The model port raises what happened (the drain stopped the queue, the model failed); the exception handlers
     and the edge turn it into an answer: no Starlette in shim/port/, no error type of the envelope defined there, no
@@ -228,3 +263,39 @@ def test_the_readme_says_of_every_top_level_folder_whether_it_is_the_service_or_
     assert set(rows) == folders, f"README's folder table: missing {folders - set(rows)}, stale {set(rows) - folders}"
     assert {name for name, part in rows.items() if part == "service"} == {"shim", "model_repository",
                                                                           "intern_decision_model", "wire"}
+
+
+# A package's map: its __init__ docstring lists its modules, one a line, the name at the line's start and two spaces
+# or the line's end after it (a subpackage or a folder of data with a slash: "edge/", "static/").
+MAP_ENTRY = re.compile(r"^([a-z_][a-z0-9_]*(?:/|\.json)?)(?: {2,}|$)", re.M)
+SHIM_PACKAGES = sorted(init.parent for init in (ROOT / "shim").rglob("__init__.py"))
+
+
+def map_of(package: Path) -> set[str]:
+    return set(MAP_ENTRY.findall(ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""))
+
+
+def contents_of(package: Path) -> set[str]:
+    """What a map must name: the modules (not __init__ nor __main__), the subpackages and data folders, the data files
+    beside the modules."""
+    found = set()
+    for child in package.iterdir():
+        if child.is_dir() and child.name != "__pycache__":
+            found.add(child.name + "/")
+        elif child.suffix == ".py" and not child.name.startswith("__"):
+            found.add(child.stem)
+        elif child.suffix == ".json":
+            found.add(child.name)
+    return found
+
+
+def test_a_package_map_is_read():
+    assert {"app", "server/", "edge/", "openapi.json"} <= map_of(ROOT / "shim")
+    assert {"framing", "tokens", "encoding"} <= map_of(ROOT / "shim" / "edge")
+
+
+@pytest.mark.parametrize("package", SHIM_PACKAGES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_module_appears_in_its_packages_map(package):
+    """A newcomer finds a module from its package's map: each one is there, and the map names nothing that is gone."""
+    listed, present = map_of(package), contents_of(package)
+    assert (sorted(present - listed), sorted(listed - present)) == ([], []), "(not in the map, in the map but gone)"

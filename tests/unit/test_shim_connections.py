@@ -1,6 +1,6 @@
-"""The connections' bookkeeping (shim/connections.py) as pure logic; the server's protocol fed by hand, read by read,
-for what the read boundaries decide (header bytes per request, the pipeline's bound); the settings that set them; and
-the metrics server's deadline and bound over real sockets."""
+"""The connections' bookkeeping (shim/server/roster.py) as pure logic; the server's protocol fed by hand, read by
+read, for what the read boundaries decide (header bytes per request, the pipeline's bound); the settings that set
+them; and the metrics server's deadline and bound over real sockets."""
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +15,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from shim import metrics, server
-from shim.connections import Roster, address_matcher
+from shim.server.roster import Roster, address_matcher
 from shim.settings import ShimSettings
 
 SECRETS = {"INTERN_DECISION_API_TOKEN": "t" * 32, "INTERN_DECISION_TRITON_API_KEY": "k" * 32}
@@ -231,10 +231,11 @@ def health_app(release: asyncio.Event | None = None):
     return app
 
 
-def protocol_for(app) -> tuple[server.BoundedHeadersProtocol, FakeTransport]:
+def protocol_for(app) -> tuple[server.BoundedConnectionProtocol, FakeTransport]:
     config = uvicorn.Config(app, lifespan="off", log_level="warning")
-    protocol = server.BoundedHeadersProtocol(config=config, server_state=ServerState(), app_state={},
-                                             limits=server.ConnectionLimits(max_connections=8))
+    limits = server.ConnectionLimits(max_connections=8)
+    protocol = server.BoundedConnectionProtocol(config=config, server_state=ServerState(), app_state={},
+                                                limits=limits, roster=limits.roster())
     transport = FakeTransport()
     protocol.connection_made(transport)
     protocol.pipeline = DepthRecorder()

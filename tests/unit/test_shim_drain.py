@@ -1,4 +1,4 @@
-"""Draining on SIGTERM (shim/drain.py, shim/server.py): /health 503 at once, POSTs admitted while the drain is
+"""Draining on SIGTERM (shim/drain.py, shim/server/): /health 503 at once, POSTs admitted while the drain is
 announced and refused after it (401 still first), admitted requests finished, then the server exits."""
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from shim.edge.admission import Admission
 from shim.edge.auth import BearerAuth
 from shim.edge.body import BodyReader, KnownEncoding, declared_length
 from shim.edge.draining import RefuseWhileDraining
-from shim.edge.json_body import ON_LOOP_BYTES, strict_body
+from shim.json_body import ON_LOOP_BYTES, strict_body
 from shim.edge.tokens import AcceptedTokens, bearer_matches
 
 from .fake_model import FakeModel
@@ -366,7 +366,7 @@ async def test_a_large_body_is_parsed_on_the_parse_worker_and_a_small_one_on_the
 
 def test_the_parse_worker_rests_after_each_parse_for_as_long_as_it_parsed(monkeypatch):
     """Read by the worker's own clock: the loop gets the GIL back for as long as each parse held it."""
-    from shim.edge import json_body
+    from shim import json_body
 
     class Clock:
         now = 100.0

@@ -20,7 +20,8 @@ from shim import logs
 from shim.context import request_id
 from shim.app import create_app
 from shim.errors import MODEL_NOT_READY, TRITON_NOT_READY, Failure, IncompleteAnswer, ModelFailure, Problem, unreachable
-from shim.metrics import TRITON_ERROR_KINDS, ShimMetrics, listen_address
+from shim.metrics import TRITON_ERROR_KINDS, ShimMetrics
+from shim.settings import ShimSettings
 
 from .fake_model import FakeModel
 from .shim_helpers import AUTH, TOKEN, decide_body, make_settings, shared_body
@@ -179,16 +180,23 @@ async def test_promtool_accepts_the_shims_metrics_page(client, model, metrics):
 
 # --- Where the metrics are served --------------------------------------------------------------------------------
 
+def listen_address(env: dict[str, str], shim_host: str) -> tuple[str, int] | None:
+    """Where the shim's settings put the metrics, the shim on shim_host (python -m shim --host)."""
+    secrets = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32}
+    return ShimSettings.from_env({**secrets, **env}, host=shim_host).metrics_address
+
+
 def test_metrics_listen_on_the_shims_host_and_9464_by_default():
     assert listen_address({}, "0.0.0.0") == ("0.0.0.0", 9464)
     assert listen_address({"INTERN_DECISION_METRICS_PORT": "9100"}, "127.0.0.1") == ("127.0.0.1", 9100)
     assert listen_address({"INTERN_DECISION_METRICS_HOST": "10.1.2.3"}, "0.0.0.0") == ("10.1.2.3", 9464)
     assert listen_address({"INTERN_DECISION_METRICS_PORT": "0"}, "127.0.0.1") is None
+    assert listen_address({"INTERN_DECISION_HOST": "10.9.9.9"}, None) == ("10.9.9.9", 9464)
 
 
 @pytest.mark.parametrize("raw", ["-1", "65536", "80a", "９４６４", " 9464"])
 def test_a_bad_metrics_port_is_refused_naming_the_variable(raw):
-    with pytest.raises(ValueError, match="INTERN_DECISION_METRICS_PORT"):
+    with pytest.raises(ValueError, match="INTERN_DECISION_METRICS_PORT must be a port number 1..65535, or 0 for no"):
         listen_address({"INTERN_DECISION_METRICS_PORT": raw}, "127.0.0.1")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gzip
 import json
 import socket
@@ -35,10 +34,9 @@ def serving(**env: str):
     port = free_port()
     settings = ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
                                       **{f"INTERN_DECISION_{name}": value for name, value in env.items()}})
-    config = server.config(create_app(settings, FakeModel()), "127.0.0.1", port,
-                           limits=server.ConnectionLimits.of(settings))
+    config = server.config(create_app(settings, FakeModel()), "127.0.0.1", port)
     assert config.access_log is False and config.timeout_keep_alive == server.KEEP_ALIVE_SECONDS
-    instance = uvicorn.Server(config)
+    instance = server.BoundedServer(config, server.ConnectionLimits.of(settings))
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -196,9 +194,8 @@ def test_the_servers_own_body_deadline_cuts_what_the_app_neither_reads_nor_answe
 
     port = free_port()
     limits = server.ConnectionLimits(header_seconds=5, body_seconds=0.5)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning",
-                            http=functools.partial(server.BoundedHeadersProtocol, limits=limits))
-    instance = uvicorn.Server(config)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+    instance = server.BoundedServer(config, limits)
     instance.config.timeout_graceful_shutdown = 1
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()

@@ -111,3 +111,52 @@ def test_the_connection_bounds_and_max_connections_above_the_queue():
                                   "INTERN_DECISION_MAX_CONNECTIONS": "5"}).max_connections == 5
     with pytest.raises(ValueError, match="INTERN_DECISION_MAX_CONNECTIONS must be above INTERN_DECISION_MAX_QUEUE"):
         ShimSettings.from_env({**SECRETS, "INTERN_DECISION_MAX_QUEUE": "4", "INTERN_DECISION_MAX_CONNECTIONS": "4"})
+
+
+# --- where python -m shim listens: the same settings, the command line's --host and --port in place of the variables
+
+
+def test_where_the_shim_and_its_metrics_listen():
+    settings = ShimSettings.from_env(SECRETS)
+    assert (settings.host, settings.port, settings.metrics_address) == ("127.0.0.1", 8080, ("127.0.0.1", 9464))
+    read = ShimSettings.from_env({**SECRETS, "INTERN_DECISION_HOST": "0.0.0.0", "INTERN_DECISION_PORT": "9000",
+                                  "INTERN_DECISION_METRICS_HOST": "10.0.0.5", "INTERN_DECISION_METRICS_PORT": "9100"})
+    assert (read.host, read.port, read.metrics_address) == ("0.0.0.0", 9000, ("10.0.0.5", 9100))
+    given = ShimSettings.from_env({**SECRETS, "INTERN_DECISION_HOST": "0.0.0.0", "INTERN_DECISION_PORT": "9000"},
+                                  host="10.1.1.1", port="9001")
+    assert (given.host, given.port, given.metrics_address) == ("10.1.1.1", 9001, ("10.1.1.1", 9464))
+    assert ShimSettings.from_env({**SECRETS, "INTERN_DECISION_METRICS_PORT": "0"}).metrics_address is None
+
+
+@pytest.mark.parametrize("env, given, message", [
+    ({"INTERN_DECISION_PORT": "0"}, None, "INTERN_DECISION_PORT must be a port number 1..65535, got '0'"),
+    ({}, "65536", "INTERN_DECISION_PORT must be a port number 1..65535, got '65536'"),
+    ({"INTERN_DECISION_METRICS_PORT": "x"}, None,
+     "INTERN_DECISION_METRICS_PORT must be a port number 1..65535, or 0 for no metrics, got 'x'"),
+    ({"INTERN_DECISION_METRICS_PORT": "9000"}, "9000", "INTERN_DECISION_METRICS_PORT must differ from the shim's port"),
+])
+def test_a_bad_listening_port_is_refused_naming_the_variable(env, given, message):
+    with pytest.raises(ValueError, match=message):
+        ShimSettings.from_env({**SECRETS, **env}, port=given)
+
+
+def test_no_module_of_the_shim_reads_the_environment_itself():
+    """Every INTERN_DECISION_* value is read by ShimSettings.from_env, through wire/env.py: the entry point hands it
+    os.environ, and nothing else in shim/ touches os.environ or os.getenv."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for path in sorted((root / "shim").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        handed = {id(argument) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  and isinstance(node.func, ast.Attribute) and node.func.attr == "from_env" for argument in node.args}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb") \
+                    and isinstance(node.value, ast.Name) and node.value.id == "os" and id(node) not in handed:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: os.{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "os" \
+                    and {alias.name for alias in node.names} & {"environ", "getenv", "environb"}:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: from os import ...")
+    assert found == []

@@ -1,4 +1,4 @@
-"""Who holds the server's connections, and which give way when a request needs room (shim/server.py asks).
+"""Who holds the server's connections, and which give way when a request needs room (the server's protocol asks).
 
 Every open connection is either busy (a request on it begun and not yet answered) or idle (none since its last answer,
 or since it opened). When a request's headers are complete on a connection, `admit` decides:

@@ -1,0 +1,18 @@
+"""The HTTP server python -m shim runs: uvicorn with httptools, one worker, each connection bounded before the app
+sees a request (the bounds: docs/operations.md, "Reliability and limits"). Laid out as uvicorn's own protocols/http/:
+
+limits              the connections' bounds (ConnectionLimits, from the settings) and the server's constants (pure)
+roster              who holds the server's connections and which give way when a request needs room      (pure)
+refusals            what the server answers itself, before or instead of the app, each closing the connection
+bounded_connection  the protocol: uvicorn's httptools protocol with every bound of a connection
+draining            the server: owns its connections' roster; the first SIGTERM drains the app
+serve               uvicorn's config and run, as python -m shim calls them
+"""
+from .bounded_connection import BoundedConnectionProtocol
+from .draining import BoundedServer, DrainingServer
+from .limits import (BODY_GRACE_SECONDS, KEEP_ALIVE_SECONDS, LINGER_SECONDS, MAX_HEADER_BYTES, MAX_PIPELINED_REQUESTS,
+                     ConnectionLimits)
+from .serve import config, run
+
+__all__ = ["BODY_GRACE_SECONDS", "KEEP_ALIVE_SECONDS", "LINGER_SECONDS", "MAX_HEADER_BYTES", "MAX_PIPELINED_REQUESTS",
+           "BoundedConnectionProtocol", "BoundedServer", "ConnectionLimits", "DrainingServer", "config", "run"]

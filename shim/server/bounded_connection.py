@@ -1,0 +1,203 @@
+"""uvicorn's httptools protocol with each connection bounded: how long and how large a request's line and headers
+may be, how long its body may trickle in, how many requests it may pipeline, and how many connections a server (and
+one client) may hold. uvicorn with httptools bounds none of these; the bounds and their refusals are described in
+docs/operations.md ("Reliability and limits"). It relies on uvicorn's private internals (cycle, pipeline, parser,
+url, app): tests/unit/test_uvicorn_internals.py fails when they move, and uvicorn is pinned to one version.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from ..health import HEALTH_PATH
+from . import refusals
+from .limits import LINGER_SECONDS, MAX_HEADER_BYTES, ConnectionLimits
+from .roster import Roster
+
+# What a request line adds to its target, and the headers' end: " HTTP/1.1\r\n" and "\r\n"; a header adds ": " and
+# "\r\n" to its name and value.
+_REQUEST_LINE_BYTES = 13
+_HEADER_SEPARATOR_BYTES = 4
+
+
+class BoundedConnectionProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, with ConnectionLimits: a request's line and headers must arrive within
+    header_seconds (else the connection is closed) and within MAX_HEADER_BYTES (else 431 request_header_too_large,
+    and closed); its body within body_seconds of its headers (else closed); at most max_pipelined requests wait
+    behind the one being answered (the next is 400 too_many_pipelined_requests, and closed); a request on a
+    connection over max_connections or its peer's max_per_peer closes idle connections to make room, oldest idle
+    first, and when there are not enough it is 503 too_many_connections, and closed, unless it is a GET /health,
+    which is answered and then closed.
+
+    A refusal is written in its turn: after the answers to the requests before it on the connection; nothing after
+    it is parsed."""
+
+    def __init__(self, *args: Any, limits: ConnectionLimits, roster: Roster, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._limits = limits
+        self._roster = roster  # the server's: every connection of one server shares it
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._refused = False  # a refusal is written, or waits for its turn: nothing more is read or parsed
+        self._refusal: bytes | None = None  # the refusal waiting for the answers before it
+        self._linger: asyncio.TimerHandle | None = None
+        self._header_deadline: asyncio.TimerHandle | None = None
+        self._body_deadline: asyncio.TimerHandle | None = None
+        self._in_head = False  # a request's first byte arrived, its headers are not complete
+        self._head_bytes = 0  # its line and headers so far, as the parser hands them over
+        self._head_read_bytes = 0  # the reads that held nothing but its headers
+        self._began_in_this_read = False
+        self._roster.opened(self, self.client[0] if self.client else None)
+        self._await_headers()
+
+    # --- deadlines
+
+    def _await_headers(self) -> None:
+        self._awaiting_headers = True
+        if self._header_deadline is None:
+            self._header_deadline = self.loop.call_later(self._limits.header_seconds, self._too_slow)
+
+    def _headers_arrived(self) -> None:
+        self._awaiting_headers = False
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _body_arrived(self) -> None:
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
+
+    def _too_slow(self) -> None:
+        self._header_deadline = None
+        self._body_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    # --- refusals, each in its turn
+
+    def _answering(self) -> bool:
+        """A request before this point is still being answered (or waits in the pipeline to be)."""
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _refuse(self, answer: bytes) -> None:
+        self._refused = True
+        self._in_head = False
+        self._headers_arrived()
+        self._body_arrived()
+        if not self.transport.is_closing():
+            self.transport.pause_reading()
+        if self._answering():
+            self._refusal = answer
+        else:
+            self._write_and_close(answer)
+
+    def _write_and_close(self, answer: bytes) -> None:
+        """The answer, then the connection closed: our side at once, theirs after LINGER_SECONDS at most, meanwhile
+        reading and dropping what the client still sends (closing with it unread would send a reset, and the
+        client's system may drop the answer it has not read yet)."""
+        if self.transport.is_closing():
+            return
+        self.transport.write(answer)
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self.transport.resume_reading()
+        self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    def on_response_complete(self) -> None:
+        self._roster.request_answered(self)
+        super().on_response_complete()
+        if self._refused and self._linger is None and not self.transport.is_closing():
+            self.transport.pause_reading()  # uvicorn resumes reading after an answer; nothing more is parsed here
+        if self._refusal is not None and not self._answering():
+            answer, self._refusal = self._refusal, None
+            self._write_and_close(answer)
+
+    def _evict(self) -> None:
+        """Closed to make room for a request on another connection (this one is idle: nothing is lost)."""
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    # --- the parser's callbacks; after a refusal the rest of the read is parsed but nothing is kept
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self._began_in_this_read = False
+        super().data_received(data)
+        if self._in_head and not self._began_in_this_read and not self._refused:  # the whole read is its headers
+            self._head_read_bytes += len(data)
+            if self._head_read_bytes > MAX_HEADER_BYTES:
+                self._refuse(refusals.headers_too_large())
+
+    def on_message_begin(self) -> None:
+        if self._refused:
+            return
+        self._in_head = True
+        self._began_in_this_read = True
+        self._head_bytes = _REQUEST_LINE_BYTES
+        self._head_read_bytes = 0
+        self._roster.request_began(self)
+        super().on_message_begin()
+        self._await_headers()
+
+    def _count_head(self, size: int) -> bool:
+        """False once the request's line and headers are over MAX_HEADER_BYTES (refused)."""
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEADER_BYTES:
+            self._refuse(refusals.headers_too_large())
+            return False
+        return True
+
+    def on_url(self, url: bytes) -> None:
+        if not self._refused and self._count_head(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._refused and self._count_head(len(name) + len(value) + _HEADER_SEPARATOR_BYTES):
+            super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self._refused:
+            return
+        self._in_head = False
+        self._headers_arrived()
+        if self._answering() and len(self.pipeline) >= self._limits.max_pipelined:
+            self._refuse(refusals.too_many_pipelined(self._limits.max_pipelined))
+            return
+        verdict = self._roster.admit(self)
+        for connection in verdict.evict:
+            connection._evict()
+        if not verdict.admitted:  # this connection ends with the answer
+            self.app = (refusals.closing_after(self.app) if self._is_health_check()
+                        else refusals.too_many_connections(self._limits, verdict.over))
+        self._body_deadline = self.loop.call_later(self._limits.body_seconds, self._too_slow)
+        super().on_headers_complete()
+
+    def _is_health_check(self) -> bool:
+        return self.parser.get_method() == b"GET" and httptools.parse_url(self.url).path == HEALTH_PATH.encode()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        self._body_arrived()
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._roster.closed(self)
+        self._refusal = None
+        if self._linger is not None:
+            self._linger.cancel()
+        self._headers_arrived()
+        self._body_arrived()
+        super().connection_lost(exc)

@@ -1,0 +1,50 @@
+"""uvicorn's server, owning the roster its connections share, and draining the app on the first SIGTERM."""
+from __future__ import annotations
+
+import functools
+import logging
+import signal
+from types import FrameType
+
+import uvicorn
+
+from ..drain import Drain
+from .bounded_connection import BoundedConnectionProtocol
+from .limits import ConnectionLimits
+
+
+class BoundedServer(uvicorn.Server):
+    """uvicorn's server, every connection under BoundedConnectionProtocol with `limits`; the roster of its
+    connections is its own (a second server in the process keeps a second one). It sets the protocol on `config`."""
+
+    def __init__(self, config: uvicorn.Config, limits: ConnectionLimits = ConnectionLimits()):
+        self.roster = limits.roster()
+        config.http = functools.partial(BoundedConnectionProtocol, limits=limits,  # type: ignore[assignment]
+                                        roster=self.roster)
+        super().__init__(config)
+
+
+class DrainingServer(BoundedServer):
+    """The bounded server; the first SIGTERM drains the app (shim/drain.py) before uvicorn's own graceful shutdown
+    starts, and the process then exits 0. A second SIGTERM, or SIGINT, is uvicorn's own."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain | None,
+                 limits: ConnectionLimits = ConnectionLimits()):
+        super().__init__(config, limits)
+        self._drain = drain
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGTERM and self._drain is not None and not self._drain.draining and not self.should_exit:
+            self._drain.begin()
+            logging.getLogger("intern_decision.shim.drain").warning(
+                "SIGTERM: draining (health 503 now; admitting no more after the announcement)")
+            return
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._drain is not None:
+            self._drain.tick()  # the requests still waiting for the lock are answered 503 once it refuses
+        if self._drain is not None and self._drain.done and not self.should_exit:
+            logging.getLogger("intern_decision.shim.drain").warning("drained: no admitted request left; exiting")
+            self.should_exit = True
+        return await super().on_tick(counter)

@@ -1,0 +1,40 @@
+"""The bounds a server puts on its connections, set from the shim's settings; what each one means:
+docs/operations.md, "Reliability and limits"."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..settings import ShimSettings
+from .roster import Roster, address_matcher
+
+KEEP_ALIVE_SECONDS = 5  # idle time allowed between requests on one connection (uvicorn's timeout_keep_alive)
+MAX_HEADER_BYTES = 64 * 1024  # one request's line and headers together
+MAX_PIPELINED_REQUESTS = 16  # requests one connection may queue behind the one being answered
+# The server's deadline for a body comes this long after BODY_TIMEOUT_SECONDS, so that an admitted POST's own 408
+# (shim/edge/body.py, counted from admission) is answered first; the server's cuts what the app does not read.
+BODY_GRACE_SECONDS = 1.0
+# After a refusal the server writes (431, the pipeline's 400), how long it still reads and drops what the client sends.
+LINGER_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    header_seconds: float = 10.0  # from a connection's opening, or a request's first byte, to the end of its headers
+    body_seconds: float = 5.0 + BODY_GRACE_SECONDS  # from the end of a request's headers to the end of its body
+    max_connections: int | None = None  # open at once (idle ones give way first); beyond: 503 too_many_connections
+    max_per_peer: int | None = None  # open from one client address; beyond: the same
+    balancer_addresses: tuple[str, ...] = ()  # addresses or networks exempt from max_per_peer
+    max_pipelined: int = MAX_PIPELINED_REQUESTS
+
+    @classmethod
+    def of(cls, settings: ShimSettings) -> "ConnectionLimits":
+        return cls(header_seconds=settings.header_timeout_seconds,
+                   body_seconds=settings.body_timeout_seconds + BODY_GRACE_SECONDS,
+                   max_connections=settings.max_connections,
+                   max_per_peer=settings.max_connections_per_peer or None,
+                   balancer_addresses=settings.balancer_addresses)
+
+    def roster(self) -> Roster:
+        """A new, empty roster with these bounds: a server holds one, shared by all its connections."""
+        return Roster(total=self.max_connections, per_peer=self.max_per_peer,
+                      exempt=address_matcher(self.balancer_addresses))

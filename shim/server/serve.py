@@ -1,0 +1,27 @@
+"""How python -m shim runs a Service: uvicorn with httptools, one worker, its own access log off."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+
+from .draining import DrainingServer
+from .limits import KEEP_ALIVE_SECONDS, ConnectionLimits
+
+if TYPE_CHECKING:
+    from ..app import Service
+
+
+def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uvicorn.Config:
+    """uvicorn's access log is off: it would record query strings (a token pasted into a URL among them); the shim
+    writes its own access line (shim/edge/access.py), with the route and never the query. The protocol is the
+    server's (BoundedServer sets it, with the connections' limits)."""
+    logging = {} if log_config is None else {"log_config": log_config}
+    return uvicorn.Config(app, host=host, port=port, workers=1, log_level="info",
+                          timeout_keep_alive=KEEP_ALIVE_SECONDS, access_log=False, **logging)
+
+
+def run(service: Service, host: str, port: int, log_config: dict | None = None) -> None:
+    """The service's app under uvicorn, its connections bounded by its settings, its drain begun on SIGTERM."""
+    limits = ConnectionLimits.of(service.settings)
+    DrainingServer(config(service.app, host, port, log_config), service.drain, limits).run()
