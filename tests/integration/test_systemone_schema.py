@@ -95,10 +95,28 @@ def from_schema(schema: dict, defs: dict) -> st.SearchStrategy:
                            min_size=schema.get("minProperties", 0), max_size=max(schema.get("minProperties", 0), 4))
 
 
+OLDEST_SDK = ROOT / ".cache" / "typesafe-sdk-oldest"
+# The oldest supported SDK's request model is a msgspec Struct; its JSON schema, written in a process of its own
+# (-S: that SDK alone, not the newest installed beside this one).
+OLDEST_SCHEMA_PROGRAM = ("import json, msgspec; from typesafe_sdk._schemas import models; "
+                         "print(json.dumps(msgspec.json.schema(models.SystemOneRequest)))")
+
+
+def oldest_sdk_schema() -> dict:
+    done = subprocess.run([sys.executable, "-S", "-c", OLDEST_SCHEMA_PROGRAM], env={"PYTHONPATH": str(OLDEST_SDK)},
+                          capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+def requests_of(schema: dict) -> st.SearchStrategy:
+    """Requests the schema allows. Its model is "a name GET /v1/models returns": the stack's own name stands in for
+    it (an unknown one is delta 8, produced below)."""
+    return from_schema(schema, schema["$defs"]).map(lambda request: {**request, "model": NAME})
+
+
 SDK_SCHEMA = SdkRequest.model_json_schema()
-# The schema's model is "a name GET /v1/models returns": the stack's own names stand in for it (an unknown one is
-# delta 8, produced below).
-SDK_REQUESTS = from_schema(SDK_SCHEMA, SDK_SCHEMA["$defs"]).map(lambda request: {**request, "model": NAME})
+SDK_REQUESTS = requests_of(SDK_SCHEMA)
+SCHEMAS = {"newest": lambda: SDK_SCHEMA, "oldest": oldest_sdk_schema}
 
 
 def test_the_sdk_schema_is_the_one_these_requests_come_from():
@@ -115,10 +133,9 @@ def test_the_sdk_schema_is_the_one_these_requests_come_from():
 
 def outside_the_deltas(request: dict) -> dict:
     """The request less what the shape-level deltas refuse (images, box questions, empty names, a choice without
-    options), a noul asked when nothing is left: what must be answered 200, every time."""
+    options, a score without levels), a noul asked when nothing is left: what must be answered 200, every time."""
     questions = {name: question for name, question in request["questions"].items()
-                 if name and question["type"] != "box" and not (question["type"] == "choice"
-                                                                 and not question["criteria"])}
+                 if name and question["type"] != "box" and (question["type"] == "noul" or question["criteria"])}
     return {"model": request["model"], "state": request["state"],
             "questions": questions or {"fallback": {"type": "noul"}}}
 
@@ -143,11 +160,12 @@ GENERATED = settings(max_examples=30, deadline=None, database=None, suppress_hea
 ANSWERED = settings(GENERATED, max_examples=15)
 
 
-def test_requests_the_sdk_schema_allows_are_answered_or_refused_by_a_listed_delta(shim):
+@pytest.mark.parametrize("sdk", SCHEMAS)
+def test_requests_the_sdk_schema_allows_are_answered_or_refused_by_a_listed_delta(shim, sdk):
     statuses: list[int] = []
 
     @GENERATED
-    @given(SDK_REQUESTS)
+    @given(requests_of(SCHEMAS[sdk]()))
     def answered(request):
         statuses.append(answered_or_refused_by_a_delta(http, request))
 
@@ -156,9 +174,10 @@ def test_requests_the_sdk_schema_allows_are_answered_or_refused_by_a_listed_delt
     assert len(statuses) == 30 and 422 in statuses, statuses  # the next test holds the answered ones
 
 
-def test_requests_the_sdk_schema_allows_outside_the_deltas_are_all_answered(shim):
+@pytest.mark.parametrize("sdk", SCHEMAS)
+def test_requests_the_sdk_schema_allows_outside_the_deltas_are_all_answered(shim, sdk):
     @ANSWERED
-    @given(SDK_REQUESTS.map(outside_the_deltas))
+    @given(requests_of(SCHEMAS[sdk]()).map(outside_the_deltas))
     def answered(request):
         assert answered_or_refused_by_a_delta(http, request) == 200
 
