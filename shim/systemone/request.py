@@ -99,10 +99,8 @@ def parse_request(body: Any, max_questions: int, loc: list | None = None) -> Sys
     if not isinstance(model, str):
         raise SystemOneInvalid([*loc, "model"], "must be a string", "string_type")
     state = body["state"]
-    if not _is_content(state):
-        raise SystemOneInvalid([*loc, "state"], "must be a nonempty string, object or array", "type_error")
-    if not state:
-        raise SystemOneInvalid([*loc, "state"], "must not be empty", "too_short")
+    if not _is_content(state):  # empty included, as TypeSafe's schema has it
+        raise SystemOneInvalid([*loc, "state"], "must be a string, object or array", "type_error")
     assets = body.get("assets")
     if assets is not None and assets != {}:
         raise SystemOneInvalid([*loc, "assets"], "this model takes no images: send no assets, null or {}")
@@ -164,12 +162,9 @@ def _question(name: str, value: Any, loc: list) -> Question:
     criteria = question.get("criteria")
     if criteria is not None:
         criteria = _object(criteria, [*loc, "criteria"])
-        for key in criteria:
-            if key not in NOUL_KEYS:
-                raise SystemOneInvalid([*loc, "criteria", key], "noul criteria take only true and false",
-                                       "extra_forbidden")
-        described = {key: text_of(_content(description, [*loc, "criteria", key], nullable=True))
-                     for key, description in criteria.items() if description is not None}
+        # Keys other than true and false are left out, as TypeSafe's schema ignores them.
+        described = {key: text_of(_content(criteria[key], [*loc, "criteria", key], nullable=True))
+                     for key in NOUL_KEYS if criteria.get(key) is not None}
         if described:
             predict["criteria"] = described
     return Question(name, kind, predict)

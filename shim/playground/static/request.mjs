@@ -15,14 +15,8 @@ function finite(value) {
   return true;
 }
 
-function empty(value) {
-  if (typeof value === "string") return value === "";
-  if (Array.isArray(value)) return value.length === 0;
-  return Object.keys(value).length === 0;
-}
-
-// {ok: true, value} or {ok: false, error}: text is sent as a string; JSON must be a nonempty object, array or string
-// of finite numbers (the service's rule).
+// {ok: true, value} or {ok: false, error}: text is sent as a string (a blank one is taken for a slip); JSON must be
+// an object, array or string, empty too, of finite numbers (the service's rule).
 export function parseState(mode, text) {
   if (mode === "text") {
     return text.trim() === "" ? {ok: false, error: "Write the state: the situation the questions are about."}
@@ -37,7 +31,6 @@ export function parseState(mode, text) {
   if (value === null || !["object", "string"].includes(typeof value)) {
     return {ok: false, error: "The state must be a JSON object, array or string."};
   }
-  if (empty(value)) return {ok: false, error: "The state must not be empty."};
   if (!finite(value)) return {ok: false, error: "Every number in the state must be finite."};
   return {ok: true, value};
 }
