@@ -44,6 +44,9 @@ TIMEOUT_CHECK = "3s"
 PER_SOURCE_CONNECTIONS = 64
 PER_SOURCE_REQUESTS = 600
 RATE_PERIOD = "10s"
+# POSTs in flight at once from one source: a quarter of one replica's MAX_QUEUE (32), so that one address never
+# holds the queue every caller shares.
+PER_SOURCE_POSTS = 8
 # Requests at once on one shim (below its MAX_CONNECTIONS, 256; above its MAX_QUEUE, 32, so that its own 429 busy
 # still answers a full replica), and how long a request may wait here for one when every shim is at it.
 SERVER_MAXCONN = 64
@@ -135,6 +138,7 @@ def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request
                    log_to_stdout: bool = True, docker_dns: bool = False,
                    per_source_connections: int = PER_SOURCE_CONNECTIONS,
                    per_source_requests: int = PER_SOURCE_REQUESTS, rate_period: str = RATE_PERIOD,
+                   per_source_posts: int = PER_SOURCE_POSTS,
                    server_maxconn: int = SERVER_MAXCONN, timeout_queue: str = TIMEOUT_QUEUE,
                    timeout_check: str = TIMEOUT_CHECK, max_body_bytes: int = MAX_BODY_BYTES) -> str:
     """The template with one `server NAME ADDRESS` line per replica's shim. docker_dns: names are resolved by
@@ -146,7 +150,7 @@ def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request
         maxconn=maxconn, bind=bind, check_inter=check_inter, fastinter=fastinter, timeout_request=f"{seconds}s",
         timeout_http_request=HTTP_REQUEST_TIMEOUT, timeout_client=CLIENT_TIMEOUT, body_wait=BODY_WAIT,
         per_source_connections=per_source_connections, per_source_requests=per_source_requests,
-        rate_period=rate_period, server_maxconn=server_maxconn, timeout_queue=timeout_queue,
+        rate_period=rate_period, per_source_posts=per_source_posts, server_maxconn=server_maxconn, timeout_queue=timeout_queue,
         timeout_check=timeout_check, max_body_bytes=max_body_bytes,
         resolvers=("resolvers docker\n    nameserver dns 127.0.0.11:53\n    hold valid 10s\n\n" if docker_dns else ""),
         server_options=" resolvers docker init-addr last,libc,none" if docker_dns else "",
