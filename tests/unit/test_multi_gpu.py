@@ -1,8 +1,8 @@
 """The one-host, N-GPU stack as docker/multi_gpu.py renders it: one Triton and one shim per GPU, each Triton its
-own card, each shim in its Triton's network namespace; HAProxy's configuration valid (`haproxy -c`) with the
-balancing the design needs and its bounds on clients; which container sees which secret; every service hardened,
-Triton's kernel cache writable; the shims' grace period the drain rule; Prometheus scraping every replica
-(`promtool check config`); config.pbtxt one instance. HAProxy comes from Debian's package
+own card, each shim and its Triton in the namespace of the replica's pause container; HAProxy's configuration
+valid (`haproxy -c`) with the balancing the design needs and its bounds on clients; which container sees which
+secret; every service hardened, Triton's kernel cache writable; the shims' grace period the drain rule; Prometheus
+scraping every replica (`promtool check config`); config.pbtxt one instance. HAProxy comes from Debian's package
 (scripts/install-haproxy.sh); a missing tool is a failure."""
 from __future__ import annotations
 
@@ -40,11 +40,12 @@ def test_one_triton_and_one_shim_per_gpu_each_triton_its_own_card(services):
     assert sorted(cards) == [[str(gpu)] for gpu in range(GPUS)]
     for gpu in range(GPUS):
         shim = shims[f"shim-{gpu}"]
-        assert shim["network_mode"] == f"service:triton-{gpu}"
-        assert shim["depends_on"] == {f"triton-{gpu}": {"condition": "service_healthy"}}
+        # Both in the namespace of the replica's pause container (tests/unit/test_compose_lifecycle.py).
+        assert shim["network_mode"] == tritons[f"triton-{gpu}"]["network_mode"] == f"service:pod-{gpu}"
+        assert shim["depends_on"][f"triton-{gpu}"] == {"condition": "service_healthy"}
         assert shim["environment"]["INTERN_DECISION_TRITON_URL"] == "127.0.0.1:8000"
         assert "ports" not in shim and "ports" not in tritons[f"triton-{gpu}"]  # only HAProxy is published
-        assert tritons[f"triton-{gpu}"]["networks"] == ["backend"]
+        assert services[f"pod-{gpu}"]["networks"] == {"backend": {"aliases": [f"triton-{gpu}"]}}
 
 
 def test_which_container_sees_which_secret(services):
