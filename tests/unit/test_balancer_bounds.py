@@ -6,9 +6,12 @@ a POST without Authorization and a POST declaring a body above MAX_BODY_BYTES ar
 envelope, the connection closed, and never reach the shim; HAProxy's log names the path, never the query string.
 
 Every address of 127.0.0.0/8 is loopback on Linux: each test calls from an address of its own, so that one source's
-counters never touch another's. HAProxy comes from Debian's package (scripts/install-haproxy.sh)."""
+counters never touch another's. An IPv6 source is its /64: checked in a network namespace of its own (`unshare -rn`,
+tests/unit/balancer_ipv6.py), whose loopback holds documentation addresses. HAProxy comes from Debian's package
+(scripts/install-haproxy.sh)."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -171,6 +174,16 @@ def test_silent_sockets_from_one_address_never_starve_another_of_the_balancers_c
         for sock in silent:
             sock.close()
         haproxy.stop()
+
+
+def test_an_ipv6_source_is_its_64_whole(tmp_path):
+    # One holder of a /64 has a million addresses: a share per address would be no share. Run in a network namespace
+    # of its own (a user namespace maps us to root there), whose loopback may hold any IPv6 address.
+    probe = subprocess.run(["unshare", "-rn", "sh", "-c",
+                            f"ip link set lo up && exec {sys.executable} -m tests.unit.balancer_ipv6"],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == {"same_64_refused": True, "other_64_refused": False}
 
 
 def test_one_address_cannot_hold_the_shims_queue_with_its_posts_in_flight(tmp_path):
