@@ -186,19 +186,33 @@ def test_an_ipv6_source_is_its_64_whole(tmp_path):
     assert json.loads(probe.stdout) == {"same_64_refused": True, "other_64_refused": False}
 
 
-def test_one_address_cannot_hold_the_shims_queue_with_its_posts_in_flight(tmp_path):
-    # A shim whose queue holds 4 requests, each scored in a second; one address keeps 12 POSTs in flight, each
-    # re-sent as soon as it is answered. Without a share of POSTs per source it holds the whole queue and another
-    # address is answered 429 by the shim; with it, the other address is queued and scored.
+@contextmanager
+def small_queue_behind_haproxy(folder: Path, call_seconds: str):
+    """A shim whose queue holds 4 requests, behind HAProxy with a share of 2 POSTs in flight per source."""
     port = free_port()
-    with running_shim(tmp_path / "shim.log", port, FAKE_CALL_SECONDS="1", INTERN_DECISION_MAX_QUEUE="4"):
-        haproxy = HAProxyServer([("shim", f"127.0.0.1:{port}")], tmp_path / "haproxy", check_inter="200ms",
+    with running_shim(folder / "shim.log", port, FAKE_CALL_SECONDS=call_seconds, INTERN_DECISION_MAX_QUEUE="4"):
+        haproxy = HAProxyServer([("shim", f"127.0.0.1:{port}")], folder / "haproxy", check_inter="200ms",
                                 per_source_connections=64, per_source_requests=10_000, rate_period=RATE_PERIOD,
                                 per_source_posts=2, max_body_bytes=MAX_BODY_BYTES)
-        haproxy.start().wait_ready(timeout=30)
-        stop = threading.Event()
-        hog_statuses: list[int] = []
+        try:
+            yield haproxy.start().wait_ready(timeout=30)
+        finally:
+            haproxy.stop()
 
+
+def victims_statuses(haproxy: HAProxyServer, source: str) -> list[int]:
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(base_url=haproxy.url, transport=transport, timeout=30) as other:
+        return [other.post("/decide", json=decide_body(), headers=AUTH).status_code for _ in range(3)]
+
+
+def test_one_address_cannot_hold_the_shims_queue_with_its_posts_in_flight(tmp_path):
+    # Each request scored in a second; one address keeps 12 POSTs in flight, each re-sent as soon as it is answered.
+    # Without a share of POSTs per source it holds the whole queue and another address is answered 429 by the
+    # shim; with it, the other address is queued and scored.
+    stop = threading.Event()
+    hog_statuses: list[int] = []
+    with small_queue_behind_haproxy(tmp_path, call_seconds="1") as haproxy:
         def hog():
             transport = httpx.HTTPTransport(local_address="127.0.0.30")
             with httpx.Client(base_url=haproxy.url, transport=transport, timeout=30) as http:
@@ -211,17 +225,50 @@ def test_one_address_cannot_hold_the_shims_queue_with_its_posts_in_flight(tmp_pa
             for thread in hogs:
                 thread.start()
             until(lambda: len(hog_statuses) >= 12)  # every hog has been answered once: the queue is as full as it gets
-            transport = httpx.HTTPTransport(local_address="127.0.0.31")
-            with httpx.Client(base_url=haproxy.url, transport=transport, timeout=30) as other:
-                victim = [other.post("/decide", json=decide_body(), headers=AUTH) for _ in range(3)]
+            victim = victims_statuses(haproxy, "127.0.0.31")
         finally:
             stop.set()
             for thread in hogs:
                 thread.join(60)
-            haproxy.stop()
-    assert [answer.status_code for answer in victim] == [200] * 3, [answer.text for answer in victim]
+    assert victim == [200] * 3, victim
     refused = [status for status in hog_statuses if status == 429]
     assert refused and set(hog_statuses) == {200, 429}, hog_statuses
+
+
+def test_one_address_cannot_hold_the_idle_shims_queue_with_trickled_bodies(tmp_path):
+    # The model idle; one address sends 12 POSTs whose bodies pass HAProxy's first buffer (16 KiB), so each reaches
+    # the shim, which admits it before reading its body, then trickles the rest a byte at a time. Without a share of
+    # POSTs per source they hold the whole queue and another address is answered 429.
+    stop = threading.Event()
+    answers: list[bytes] = []
+    with small_queue_behind_haproxy(tmp_path, call_seconds="0") as haproxy:
+        def trickle():
+            sock = connect_to(haproxy, "127.0.0.32")
+            with sock:
+                sock.sendall(f"POST /decide HTTP/1.1\r\nHost: balancer\r\nAuthorization: Bearer {TOKEN}\r\n"
+                             f"Content-Type: application/json\r\nContent-Length: {MAX_BODY_BYTES}\r\n\r\n".encode()
+                             + b" " * (17 * 1024))
+                sock.settimeout(0.3)
+                while not stop.is_set():
+                    try:
+                        if chunk := sock.recv(65536):
+                            answers.append(chunk)
+                        break  # answered (refused) or closed
+                    except TimeoutError:
+                        sock.sendall(b" ")
+
+        hogs = [threading.Thread(target=trickle) for _ in range(12)]
+        try:
+            for thread in hogs:
+                thread.start()
+            time.sleep(1.5)  # every trickle past HAProxy's body wait: admitted by the shim, or refused
+            victim = victims_statuses(haproxy, "127.0.0.33")
+        finally:
+            stop.set()
+            for thread in hogs:
+                thread.join(30)
+    assert victim == [200] * 3, victim
+    assert answers and all(answer.startswith(b"HTTP/1.1 429") for answer in answers), answers
 
 
 def test_one_address_is_held_to_its_request_rate_and_another_is_still_served(stack):
