@@ -1,8 +1,9 @@
 """python -m tests.unit.balancer_ipv6: run in a network namespace of its own (`unshare -rn`), whose loopback holds
 the documentation addresses below. HAProxy rendered from the production template listens on one of them with a share
-of CONNECTIONS connections per source; one address holds CONNECTIONS silent connections, then another address of the
-same /64 and an address of another /64 connect once each. Prints, as JSON, which of the two were refused as they
-connected (closed without an answer)."""
+of CONNECTIONS connections per source, in front of a stand-in server that answers 200; one address holds CONNECTIONS
+kept-alive connections (each answered once, so HAProxy has counted it), then another address of the same /64 and an
+address of another /64 connect once each. Prints, as JSON, which of the two were refused as they connected (closed
+without an answer)."""
 from __future__ import annotations
 
 import json
@@ -10,16 +11,32 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from devstack.haproxy import haproxy_binary, renderer
+from tests.raw_http import HEALTH, read_response
 
 CONNECTIONS = 4
 LISTEN = "2001:db8::1"
 PORT = 8443
 HOLDER, SAME_64, OTHER_64, READINESS = "2001:db8::10", "2001:db8::11", "2001:db8:0:1::10", "2001:db8:0:2::10"
 ADDRESSES = (LISTEN, HOLDER, SAME_64, OTHER_64, READINESS)
+
+
+class Ok(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):  # noqa: N802 (the standard library's name)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
 
 
 def connect(source: str) -> socket.socket:
@@ -46,12 +63,21 @@ def refused_as_it_connects(source: str) -> bool:
         return received == b""
 
 
-def wait_listening(deadline: float) -> None:
+def held(source: str) -> socket.socket:
+    """A kept-alive connection HAProxy has answered once, so surely counted."""
+    sock = connect(source)
+    sock.sendall(HEALTH)
+    if not read_response(sock).startswith(b"HTTP/1.1 200"):
+        raise RuntimeError("the stand-in server was not reached")
+    return sock
+
+
+def wait_serving(deadline: float) -> None:
     while True:
         try:
-            connect(READINESS).close()
+            held(READINESS).close()
             return
-        except OSError:
+        except (OSError, RuntimeError):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
@@ -60,18 +86,19 @@ def wait_listening(deadline: float) -> None:
 def main() -> int:
     for address in ADDRESSES:
         subprocess.run(["ip", "-6", "addr", "add", f"{address}/64", "dev", "lo", "nodad"], check=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     folder = Path(tempfile.mkdtemp())
     config = folder / "haproxy.cfg"
-    # No shim: what matters is whether a connection is refused before any request is read.
-    config.write_text(renderer().haproxy_config([("shim", "127.0.0.1:9")], f"{LISTEN}:{PORT}",
-                                                per_source_connections=CONNECTIONS, log_to_stdout=False))
+    config.write_text(renderer().haproxy_config([("shim", f"127.0.0.1:{server.server_address[1]}")],
+                                                f"{LISTEN}:{PORT}", per_source_connections=CONNECTIONS,
+                                                log_to_stdout=False))
     haproxy = subprocess.Popen([haproxy_binary(), "-db", "-f", str(config)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     holders: list[socket.socket] = []
     try:
-        wait_listening(time.monotonic() + 10)
-        holders = [connect(HOLDER) for _ in range(CONNECTIONS)]
-        time.sleep(0.2)  # every holder accepted and counted
+        wait_serving(time.monotonic() + 20)
+        holders = [held(HOLDER) for _ in range(CONNECTIONS)]
         result = {"same_64_refused": refused_as_it_connects(SAME_64),
                   "other_64_refused": refused_as_it_connects(OTHER_64)}
     finally:
@@ -79,6 +106,7 @@ def main() -> int:
             sock.close()
         haproxy.terminate()
         haproxy.wait(10)
+        server.shutdown()
     print(json.dumps(result))
     return 0
 

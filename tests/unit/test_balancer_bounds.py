@@ -26,6 +26,7 @@ import pytest
 
 from devstack.haproxy import HAProxyServer
 from devstack.process import free_port
+from tests.raw_http import HEALTH, read_response
 from tests.unit.shim_helpers import AUTH, TOKEN, decide_body
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,10 +52,19 @@ def running_shim(log_path: Path, port: int, **settings: str):
         shim = subprocess.Popen([sys.executable, "-c", SHIM, str(port)], cwd=REPO, env=shim_env(**settings),
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
+        # Up before HAProxy's readiness polls start: they come from 127.0.0.1 and count towards its request rate.
+        until(lambda: shim_answers_health(port), timeout=60)
         yield shim
     finally:
         shim.terminate()
         shim.wait(30)
+
+
+def shim_answers_health(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 class Stack:
@@ -98,18 +108,19 @@ def connect_to(haproxy: HAProxyServer, source: str) -> socket.socket:
     return sock
 
 
-def refused_as_it_connects(haproxy: HAProxyServer, source: str) -> bool:
-    """HAProxy closes the connection (reset, or end of stream) without answering the request sent on it."""
+def answer_to_a_new_connection(haproxy: HAProxyServer, source: str) -> bytes:
+    """What HAProxy answers a GET /health on a new connection: b"" when it closes the connection (reset, or end of
+    stream) without answering, refused as it connected."""
     try:
         sock = connect_to(haproxy, source)
     except ConnectionResetError:
-        return True
+        return b""
     with sock:
         try:
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: balancer\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
-            return True
-        return answer_and_close(sock) == b""
+            return b""
+        return answer_and_close(sock)
 
 
 def answer_and_close(sock: socket.socket) -> bytes:
@@ -132,13 +143,16 @@ def until(condition, timeout: float = 10.0):
 
 
 def test_one_address_holds_no_more_than_its_share_of_connections_and_another_is_still_served(stack):
-    # CONNECTIONS clients from one address trickle half a request line each: every one is held open.
+    # CONNECTIONS clients from one address, each answered once (so HAProxy has counted it), then trickling half a
+    # request line: every one is held open.
     holders = [connect(stack, "127.0.0.2") for _ in range(CONNECTIONS)]
     try:
         for sock in holders:
+            sock.sendall(HEALTH)
+            assert read_response(sock).startswith(b"HTTP/1.1 200")
             sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: balancer\r\n")
         # The next one is refused as it connects: closed before any request is read, so nothing is answered.
-        assert refused_as_it_connects(stack.haproxy, "127.0.0.2")
+        assert answer_to_a_new_connection(stack.haproxy, "127.0.0.2") == b""
         with stack.client("127.0.0.3") as other:  # another address is served meanwhile
             assert other.get("/health").status_code == 200
             assert other.post("/decide", json=decide_body(), headers=AUTH).status_code == 200
