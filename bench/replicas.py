@@ -46,8 +46,9 @@ def run(replicas: int, seconds: float, clients: int, folder: Path, threads_per_r
             shim = ShimServer(triton, {"INTERN_DECISION_API_TOKEN": TOKEN}, folder / f"shim-{n}.log").start()
             started.append(shim)
             shims.append(shim.wait_ready(60))
+        # Every client here is 127.0.0.1: its POSTs in flight are all the clients', not one caller's share.
         haproxy = HAProxyServer([(f"r{n}", f"127.0.0.1:{shim.port}") for n, shim in enumerate(shims)],
-                                folder / "haproxy", check_inter="500ms").start()
+                                folder / "haproxy", check_inter="500ms", per_source_posts=max(clients, 1)).start()
         started.append(haproxy)
         haproxy.wait_ready(30)
         time.sleep(1.5)  # every replica past `rise 2`

@@ -1,5 +1,6 @@
 """Render the one-host, N-GPU stack: one replica per GPU (a tritonserver that sees its card as GPU 0, and its own
-shim in Triton's network namespace, like a pod), HAProxy in front of the shims, Prometheus scraping every replica.
+shim, both in a network namespace held by the replica's pause container, like a pod), HAProxy in front of the
+shims, Prometheus scraping every replica.
 
     python docker/multi_gpu.py [--gpus N] [--out DIR] [--next-token]
     python docker/multi_gpu.py --balancer-only    # HAProxy's configuration for docker/compose.yaml (one GPU)
@@ -44,6 +45,9 @@ TIMEOUT_CHECK = "3s"
 PER_SOURCE_CONNECTIONS = 64
 PER_SOURCE_REQUESTS = 600
 RATE_PERIOD = "10s"
+# POSTs in flight at once from one source: a quarter of one replica's MAX_QUEUE (32), so that one address never
+# holds the queue every caller shares.
+PER_SOURCE_POSTS = 8
 # Requests at once on one shim (below its MAX_CONNECTIONS, 256; above its MAX_QUEUE, 32, so that its own 429 busy
 # still answers a full replica), and how long a request may wait here for one when every shim is at it.
 SERVER_MAXCONN = 64
@@ -135,6 +139,7 @@ def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request
                    log_to_stdout: bool = True, docker_dns: bool = False,
                    per_source_connections: int = PER_SOURCE_CONNECTIONS,
                    per_source_requests: int = PER_SOURCE_REQUESTS, rate_period: str = RATE_PERIOD,
+                   per_source_posts: int = PER_SOURCE_POSTS,
                    server_maxconn: int = SERVER_MAXCONN, timeout_queue: str = TIMEOUT_QUEUE,
                    timeout_check: str = TIMEOUT_CHECK, max_body_bytes: int = MAX_BODY_BYTES) -> str:
     """The template with one `server NAME ADDRESS` line per replica's shim. docker_dns: names are resolved by
@@ -146,8 +151,8 @@ def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request
         maxconn=maxconn, bind=bind, check_inter=check_inter, fastinter=fastinter, timeout_request=f"{seconds}s",
         timeout_http_request=HTTP_REQUEST_TIMEOUT, timeout_client=CLIENT_TIMEOUT, body_wait=BODY_WAIT,
         per_source_connections=per_source_connections, per_source_requests=per_source_requests,
-        rate_period=rate_period, server_maxconn=server_maxconn, timeout_queue=timeout_queue,
-        timeout_check=timeout_check, max_body_bytes=max_body_bytes,
+        rate_period=rate_period, per_source_posts=per_source_posts, server_maxconn=server_maxconn,
+        timeout_queue=timeout_queue, timeout_check=timeout_check, max_body_bytes=max_body_bytes,
         resolvers=("resolvers docker\n    nameserver dns 127.0.0.11:53\n    hold valid 10s\n\n" if docker_dns else ""),
         server_options=" resolvers docker init-addr last,libc,none" if docker_dns else "",
         log_global="    log stdout format raw local0 info" if log_to_stdout else "",
@@ -159,7 +164,14 @@ TRITON_HOME = "/home/intern-decision"  # the Triton image's HOME (docker/triton/
 TRITON_CACHE_DIR = TRITON_HOME + "/.triton/cache"  # OpenAI Triton's kernel cache, flash-linear-attention's kernels
 TRITON_TMPFS = ["/tmp:size=1g", f"{TRITON_HOME}:size=1g,uid=10001,gid=10001,mode=0700"]
 # Memory limits, as the Kubernetes pods have them.
-TRITON_MEMORY, SHIM_MEMORY, HAPROXY_MEMORY, PROMETHEUS_MEMORY = "48g", "2g", "256m", "2g"
+TRITON_MEMORY, SHIM_MEMORY, HAPROXY_MEMORY, PROMETHEUS_MEMORY, POD_MEMORY = "48g", "2g", "256m", "2g", "16m"
+# What holds a replica's network namespace, as a pod's pause container does: it runs nothing, so it outlives every
+# restart of Triton (the watchdog's heal) and of the shim, and both keep meeting on its 127.0.0.1. Were the
+# namespace Triton's own, a restarted Triton would come back in a new one and strand the shim in the old.
+POD_IMAGE = "registry.k8s.io/pause:3.10"
+# HAProxy stops after the shims (each shim depends on it), so the answers of a draining shim still reach their
+# clients; SIGUSR1 is its soft stop (no new connections, the open ones finished), given this long.
+HAPROXY_STOP_GRACE = "30s"
 
 
 # Hardening every service gets, as the Kubernetes pods have it: no capabilities, no privilege gained by exec, a
@@ -167,6 +179,18 @@ TRITON_MEMORY, SHIM_MEMORY, HAPROXY_MEMORY, PROMETHEUS_MEMORY = "48g", "2g", "25
 def _hardened(memory: str, tmpfs: list[str] | None = None) -> dict:
     return {"read_only": True, "tmpfs": tmpfs or ["/tmp:size=64m"], "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges:true"], "mem_limit": memory}
+
+
+def _pod(gpu: int) -> dict:
+    """The replica's namespace holder; on the internal network it answers to triton-N, the name HAProxy and
+    Prometheus use for the replica (Triton's metrics and the shim's API and metrics share its address)."""
+    return {
+        "image": POD_IMAGE,
+        "networks": {"backend": {"aliases": [f"triton-{gpu}"]}},
+        "restart": "on-failure:3",
+        "logging": {"driver": "json-file", "options": {"max-size": "10m", "max-file": "2"}},
+        **_hardened(POD_MEMORY, ["/tmp:size=1m"]),
+    }
 
 
 def _triton(gpu: int, call_timeout: float) -> dict:
@@ -183,7 +207,8 @@ def _triton(gpu: int, call_timeout: float) -> dict:
         "volumes": [{"type": "bind", "source": "${HF_CACHE:-/srv/hf}", "target": "/hf", "read_only": True,
                      "bind": {"create_host_path": False}}],
         "shm_size": "1g",
-        "networks": ["backend"],
+        "network_mode": f"service:pod-{gpu}",
+        "depends_on": {f"pod-{gpu}": {"condition": "service_started"}},
         # Its card only, which it sees as GPU 0: config.pbtxt (one instance on GPU 0) is unchanged.
         "deploy": {"resources": {"reservations": {"devices": [
             {"driver": "nvidia", "device_ids": [str(gpu)], "capabilities": ["gpu"]}]}}},
@@ -214,9 +239,13 @@ def _shim(gpu: int, next_token: bool, grace_seconds: int) -> dict:
                         # every connection comes from HAProxy: the per-source bounds are its own
                         "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0"},
         "secrets": ["api_token", "triton_api_key"],
-        # Triton's network namespace, as in a pod: the shim talks to its own Triton on 127.0.0.1 only.
-        "network_mode": f"service:triton-{gpu}",
-        "depends_on": {f"triton-{gpu}": {"condition": "service_healthy"}},
+        # The replica's namespace, Triton's too, as in a pod: the shim talks to its own Triton on 127.0.0.1 only,
+        # and a restarted Triton comes back in the same namespace.
+        "network_mode": f"service:pod-{gpu}",
+        # Compose stops dependents first: the shim drains while Triton still scores and HAProxy still forwards.
+        "depends_on": {f"pod-{gpu}": {"condition": "service_started"},
+                       f"triton-{gpu}": {"condition": "service_healthy"},
+                       "haproxy": {"condition": "service_started"}},
         "healthcheck": {"test": ["CMD", "python", "/opt/intern-decision/healthcheck.py", "shim"],
                         "interval": "15s", "timeout": "10s", "retries": 3, "start_period": "30s"},
         "restart": "on-failure:3",
@@ -238,6 +267,7 @@ def compose_file(gpus: int, next_token: bool = False, timing: dict | None = None
     call_timeout = (timing or {}).get("call_timeout", CALL_TIMEOUT_SECONDS)
     services: dict = {}
     for gpu in range(gpus):
+        services[f"pod-{gpu}"] = _pod(gpu)
         services[f"triton-{gpu}"] = _triton(gpu, call_timeout)
         services[f"shim-{gpu}"] = _shim(gpu, next_token, grace_seconds)
     services["haproxy"] = {
@@ -245,7 +275,9 @@ def compose_file(gpus: int, next_token: bool = False, timing: dict | None = None
         "volumes": ["./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro"],
         "ports": ["${SHIM_BIND:-127.0.0.1}:${SHIM_PORT:-8080}:8080"],
         "networks": ["backend", "edge"],
-        "depends_on": [f"shim-{gpu}" for gpu in range(gpus)],
+        # No depends_on: the shims depend on it, so that it stops after them (their drain's answers pass here).
+        "stop_signal": "SIGUSR1",
+        "stop_grace_period": HAPROXY_STOP_GRACE,
         "restart": "on-failure:3",
         "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
         **_hardened(HAPROXY_MEMORY),
@@ -323,7 +355,7 @@ SINGLE_GPU_BALANCER = DOCKER / "haproxy" / "haproxy.cfg"  # docker/compose.yaml 
 
 def balancer_config(timing: dict | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> str:
     """HAProxy's configuration for docker/compose.yaml's one replica: the same template and bounds as N GPUs, its
-    one server the shim in Triton's network namespace (triton:8080)."""
+    one server the shim in the replica's network namespace (triton:8080, the pod container's alias)."""
     longest = longest_request_seconds(**{key: value for key, value in (timing or {}).items()
                                          if key != "drain_seconds"})
     return haproxy_config([("shim", f"triton:{SHIM_PORT}")], f"0.0.0.0:{SHIM_PORT}",

@@ -34,9 +34,10 @@ MAX_QUEUE = 2
 CHECK_INTER = "500ms"  # fall 3, fastinter 250 ms: a replica is out about a second after its /health turns 503
 DRAIN_SECONDS = 2.5  # above what HAProxy needs to notice
 FLOOD = 20  # half-open requests, as many as the flooded balancer's maxconn
-# Every caller here is 127.0.0.1: the fleet's balancer gets a request rate per source no test reaches (the rate bound
-# itself is tests/unit/test_balancer_bounds.py's).
+# Every caller here is 127.0.0.1: the fleet's balancers get a request rate and a share of POSTs in flight per source
+# no test reaches (the per-source bounds themselves are tests/unit/test_balancer_bounds.py's).
 UNBOUNDED_RATE = 1_000_000
+UNBOUNDED_POSTS = 1_000_000
 
 
 def auth(token: str = SHIM_TOKEN) -> dict[str, str]:
@@ -92,7 +93,7 @@ def fleet(fixture_pins, tmp_path_factory):
             replica.shim.wait_ready(timeout=60)
         haproxy = HAProxyServer([(replica.name, f"127.0.0.1:{replica.shim.port}") for replica in [*replicas, wrong]],
                                 folder / "haproxy", check_inter=CHECK_INTER,
-                                per_source_requests=UNBOUNDED_RATE).start()
+                                per_source_requests=UNBOUNDED_RATE, per_source_posts=UNBOUNDED_POSTS).start()
         started.append(haproxy)
         haproxy.wait_ready(timeout=30)
         time.sleep(1.5)  # both good replicas past `rise 2`
@@ -229,7 +230,7 @@ def test_a_flood_of_unauthenticated_half_open_posts_leaves_health_and_a_caller_a
     # A balancer of its own, from the same template, whose maxconn the flood fills.
     haproxy = HAProxyServer([(replica.name, f"127.0.0.1:{replica.shim.port}") for replica in fleet.replicas],
                             tmp_path / "haproxy", check_inter=CHECK_INTER, maxconn=FLOOD,
-                            per_source_requests=UNBOUNDED_RATE).start()
+                            per_source_requests=UNBOUNDED_RATE, per_source_posts=UNBOUNDED_POSTS).start()
     flood: list[socket.socket] = []
     try:
         haproxy.wait_ready(timeout=30)

@@ -1,18 +1,24 @@
 """The balancer's bounds on one client, through a real HAProxy rendered from the production template
 (docker/haproxy/haproxy.cfg.template) in front of the real shim server over the fake model (tests/unit/fake_shim.py):
-one source address holds no more than its share of connections and requests while another address is still served;
+one source address holds no more than its share of connections (refused as they connect, so that silent sockets
+never hold the balancer's maxconn), of requests and of POSTs in flight while another address is still served;
 a POST without Authorization and a POST declaring a body above MAX_BODY_BYTES are answered by HAProxy in the
 envelope, the connection closed, and never reach the shim; HAProxy's log names the path, never the query string.
 
 Every address of 127.0.0.0/8 is loopback on Linux: each test calls from an address of its own, so that one source's
-counters never touch another's. HAProxy comes from Debian's package (scripts/install-haproxy.sh)."""
+counters never touch another's. An IPv6 source is its /64: checked in a network namespace of its own (`unshare -rn`,
+tests/unit/balancer_ipv6.py), whose loopback holds documentation addresses. HAProxy comes from Debian's package
+(scripts/install-haproxy.sh)."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -20,6 +26,7 @@ import pytest
 
 from devstack.haproxy import HAProxyServer
 from devstack.process import free_port
+from tests.raw_http import HEALTH, read_response
 from tests.unit.shim_helpers import AUTH, TOKEN, decide_body
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,9 +40,36 @@ SHIM = ("import logging, sys; logging.basicConfig(level=logging.INFO, format='%(
         "from tests.unit.fake_shim import main; sys.argv[1:] = ['--port', sys.argv[1]]; main()")
 
 
+def shim_env(**settings: str) -> dict:
+    return {**os.environ, "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
+            "INTERN_DECISION_MAX_BODY_BYTES": str(MAX_BODY_BYTES), "INTERN_DECISION_PROBE_SECONDS": "3600",
+            "INTERN_DECISION_DRAIN_SECONDS": "0.2", "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0", **settings}
+
+
+@contextmanager
+def running_shim(log_path: Path, port: int, **settings: str):
+    with log_path.open("wb") as log:
+        shim = subprocess.Popen([sys.executable, "-c", SHIM, str(port)], cwd=REPO, env=shim_env(**settings),
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # Up before HAProxy's readiness polls start: they come from 127.0.0.1 and count towards its request rate.
+        until(lambda: shim_answers_health(port), timeout=60)
+        yield shim
+    finally:
+        shim.terminate()
+        shim.wait(30)
+
+
+def shim_answers_health(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 class Stack:
-    def __init__(self, shim_log: Path, haproxy: HAProxyServer):
-        self.shim_log, self.haproxy = shim_log, haproxy
+    def __init__(self, shim_log: Path, haproxy: HAProxyServer, shim_port: int):
+        self.shim_log, self.haproxy, self.shim_port = shim_log, haproxy, shim_port
 
     def posts_seen_by_the_shim(self) -> int:
         return sum(line.startswith("intern_decision.shim.access POST ")
@@ -50,38 +84,53 @@ class Stack:
 def stack(tmp_path_factory):
     folder = tmp_path_factory.mktemp("balancer")
     port = free_port()
-    env = {**os.environ, "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
-           "INTERN_DECISION_MAX_BODY_BYTES": str(MAX_BODY_BYTES), "INTERN_DECISION_PROBE_SECONDS": "3600",
-           "INTERN_DECISION_DRAIN_SECONDS": "0.2", "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0"}
     shim_log = folder / "shim.log"
-    with shim_log.open("wb") as log:
-        shim = subprocess.Popen([sys.executable, "-c", SHIM, str(port)], cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-    haproxy = HAProxyServer([("shim", f"127.0.0.1:{port}")], folder / "haproxy", check_inter="200ms",
-                            per_source_connections=CONNECTIONS, per_source_requests=REQUESTS,
-                            rate_period=RATE_PERIOD, max_body_bytes=MAX_BODY_BYTES)
-    try:
-        haproxy.start().wait_ready(timeout=30)
-        yield Stack(shim_log, haproxy)
-    finally:
-        haproxy.stop()
-        shim.terminate()
-        shim.wait(30)
+    with running_shim(shim_log, port):
+        haproxy = HAProxyServer([("shim", f"127.0.0.1:{port}")], folder / "haproxy", check_inter="200ms",
+                                per_source_connections=CONNECTIONS, per_source_requests=REQUESTS,
+                                rate_period=RATE_PERIOD, max_body_bytes=MAX_BODY_BYTES)
+        try:
+            haproxy.start().wait_ready(timeout=30)
+            yield Stack(shim_log, haproxy, port)
+        finally:
+            haproxy.stop()
 
 
 def connect(stack: Stack, source: str) -> socket.socket:
+    return connect_to(stack.haproxy, source)
+
+
+def connect_to(haproxy: HAProxyServer, source: str) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.settimeout(10)
     sock.bind((source, 0))
-    sock.connect(("127.0.0.1", stack.haproxy.port))
+    sock.connect(("127.0.0.1", haproxy.port))
     return sock
+
+
+def answer_to_a_new_connection(haproxy: HAProxyServer, source: str) -> bytes:
+    """What HAProxy answers a GET /health on a new connection: b"" when it closes the connection (reset, or end of
+    stream) without answering, refused as it connected."""
+    try:
+        sock = connect_to(haproxy, source)
+    except ConnectionResetError:
+        return b""
+    with sock:
+        try:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: balancer\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            return b""
+        return answer_and_close(sock)
 
 
 def answer_and_close(sock: socket.socket) -> bytes:
     """Everything HAProxy sends until it closes the connection (a timeout fails the test)."""
     received = b""
-    while chunk := sock.recv(65536):
-        received += chunk
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except ConnectionResetError:  # closed without a byte read from us: reset, not a FIN
+        pass
     return received
 
 
@@ -94,23 +143,146 @@ def until(condition, timeout: float = 10.0):
 
 
 def test_one_address_holds_no_more_than_its_share_of_connections_and_another_is_still_served(stack):
-    # CONNECTIONS clients from one address trickle half a request line each: every one is held open.
+    # CONNECTIONS clients from one address, each answered once (so HAProxy has counted it), then trickling half a
+    # request line: every one is held open.
     holders = [connect(stack, "127.0.0.2") for _ in range(CONNECTIONS)]
     try:
         for sock in holders:
+            sock.sendall(HEALTH)
+            assert read_response(sock).startswith(b"HTTP/1.1 200")
             sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: balancer\r\n")
-        extra = connect(stack, "127.0.0.2")
-        extra.sendall(b"GET /health HTTP/1.1\r\nHost: balancer\r\n\r\n")
-        refused = answer_and_close(extra)  # closed after the answer
-        extra.close()
-        assert refused.startswith(b"HTTP/1.1 429"), refused
-        assert b"\r\nretry-after: 1\r\n" in refused.lower() and b'{"error":{"code":"busy","message":' in refused
+        # The next one is refused as it connects: closed before any request is read, so nothing is answered.
+        assert answer_to_a_new_connection(stack.haproxy, "127.0.0.2") == b""
         with stack.client("127.0.0.3") as other:  # another address is served meanwhile
             assert other.get("/health").status_code == 200
             assert other.post("/decide", json=decide_body(), headers=AUTH).status_code == 200
     finally:
         for sock in holders:
             sock.close()
+
+
+def test_silent_sockets_from_one_address_never_starve_another_of_the_balancers_connections(stack, tmp_path):
+    # A balancer whose maxconn one address could fill many times over if its excess connections were only refused
+    # once they sent a request: each would hold a slot for `timeout http-request` and be replaced at once.
+    haproxy = HAProxyServer([("shim", f"127.0.0.1:{stack.shim_port}")], tmp_path / "haproxy", maxconn=40,
+                            check_inter="200ms", per_source_connections=CONNECTIONS,
+                            per_source_requests=REQUESTS, rate_period=RATE_PERIOD, max_body_bytes=MAX_BODY_BYTES)
+    haproxy.start().wait_ready(timeout=30)
+    silent: list[socket.socket] = []
+    try:
+        for _ in range(200):
+            try:
+                silent.append(connect_to(haproxy, "127.0.0.20"))
+            except OSError:  # refused or reset while connecting: that is the bound at work
+                pass
+        transport = httpx.HTTPTransport(local_address="127.0.0.21")
+        with httpx.Client(base_url=haproxy.url, transport=transport, timeout=3) as other:
+            statuses = []
+            for _ in range(6):
+                try:
+                    statuses.append(other.get("/health", headers={"Connection": "close"}).status_code)
+                except httpx.TimeoutException:
+                    statuses.append("timeout")
+        assert statuses == [200] * 6, statuses
+    finally:
+        for sock in silent:
+            sock.close()
+        haproxy.stop()
+
+
+def test_an_ipv6_source_is_its_64_whole(tmp_path):
+    # One holder of a /64 has a million addresses: a share per address would be no share. Run in a network namespace
+    # of its own (a user namespace maps us to root there), whose loopback may hold any IPv6 address.
+    probe = subprocess.run(["unshare", "-rn", "sh", "-c",
+                            f"ip link set lo up && exec {sys.executable} -m tests.unit.balancer_ipv6"],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == {"same_64_refused": True, "other_64_refused": False}
+
+
+@contextmanager
+def small_queue_behind_haproxy(folder: Path, call_seconds: str):
+    """A shim whose queue holds 4 requests, behind HAProxy with a share of 2 POSTs in flight per source."""
+    port = free_port()
+    with running_shim(folder / "shim.log", port, FAKE_CALL_SECONDS=call_seconds, INTERN_DECISION_MAX_QUEUE="4"):
+        haproxy = HAProxyServer([("shim", f"127.0.0.1:{port}")], folder / "haproxy", check_inter="200ms",
+                                per_source_connections=64, per_source_requests=10_000, rate_period=RATE_PERIOD,
+                                per_source_posts=2, max_body_bytes=MAX_BODY_BYTES)
+        try:
+            yield haproxy.start().wait_ready(timeout=30)
+        finally:
+            haproxy.stop()
+
+
+def victims_statuses(haproxy: HAProxyServer, source: str) -> list[int]:
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(base_url=haproxy.url, transport=transport, timeout=30) as other:
+        return [other.post("/decide", json=decide_body(), headers=AUTH).status_code for _ in range(3)]
+
+
+def test_one_address_cannot_hold_the_shims_queue_with_its_posts_in_flight(tmp_path):
+    # Each request scored in a second; one address keeps 12 POSTs in flight, each re-sent as soon as it is answered.
+    # Without a share of POSTs per source it holds the whole queue and another address is answered 429 by the
+    # shim; with it, the other address is queued and scored.
+    stop = threading.Event()
+    hog_statuses: list[int] = []
+    with small_queue_behind_haproxy(tmp_path, call_seconds="1") as haproxy:
+        def hog():
+            transport = httpx.HTTPTransport(local_address="127.0.0.30")
+            with httpx.Client(base_url=haproxy.url, transport=transport, timeout=30) as http:
+                while not stop.is_set():
+                    hog_statuses.append(http.post("/decide", json=decide_body(), headers=AUTH).status_code)
+                    stop.wait(0.02)
+
+        hogs = [threading.Thread(target=hog) for _ in range(12)]
+        try:
+            for thread in hogs:
+                thread.start()
+            until(lambda: len(hog_statuses) >= 12)  # every hog has been answered once: the queue is as full as it gets
+            victim = victims_statuses(haproxy, "127.0.0.31")
+        finally:
+            stop.set()
+            for thread in hogs:
+                thread.join(60)
+    assert victim == [200] * 3, victim
+    refused = [status for status in hog_statuses if status == 429]
+    assert refused and set(hog_statuses) == {200, 429}, hog_statuses
+
+
+def test_one_address_cannot_hold_the_idle_shims_queue_with_trickled_bodies(tmp_path):
+    # The model idle; one address sends 12 POSTs whose bodies pass HAProxy's first buffer (16 KiB), so each reaches
+    # the shim, which admits it before reading its body, then trickles the rest a byte at a time. Without a share of
+    # POSTs per source they hold the whole queue and another address is answered 429.
+    stop = threading.Event()
+    answers: list[bytes] = []
+    with small_queue_behind_haproxy(tmp_path, call_seconds="0") as haproxy:
+        def trickle():
+            sock = connect_to(haproxy, "127.0.0.32")
+            with sock:
+                sock.sendall(f"POST /decide HTTP/1.1\r\nHost: balancer\r\nAuthorization: Bearer {TOKEN}\r\n"
+                             f"Content-Type: application/json\r\nContent-Length: {MAX_BODY_BYTES}\r\n\r\n".encode()
+                             + b" " * (17 * 1024))
+                sock.settimeout(0.3)
+                while not stop.is_set():
+                    try:
+                        if chunk := sock.recv(65536):
+                            answers.append(chunk)
+                        break  # answered (refused) or closed
+                    except TimeoutError:
+                        sock.sendall(b" ")
+
+        hogs = [threading.Thread(target=trickle) for _ in range(12)]
+        try:
+            for thread in hogs:
+                thread.start()
+            time.sleep(1.5)  # every trickle past HAProxy's body wait: admitted by the shim, or refused
+            victim = victims_statuses(haproxy, "127.0.0.33")
+        finally:
+            stop.set()
+            for thread in hogs:
+                thread.join(30)
+    assert victim == [200] * 3, victim
+    assert answers and all(answer.startswith(b"HTTP/1.1 429") for answer in answers), answers
 
 
 def test_one_address_is_held_to_its_request_rate_and_another_is_still_served(stack):

@@ -40,8 +40,9 @@ def mentions(service: dict, text: str) -> bool:
 
 # --- secrets and env files -----------------------------------------------------------------------------------
 
-def test_the_four_services_exist(services):
-    assert set(services) == {"triton", "shim", "haproxy", "prometheus"}
+def test_the_five_services_exist(services):
+    # pod: the pause container that holds the replica's network namespace (tests/unit/test_compose_lifecycle.py)
+    assert set(services) == {"pod", "triton", "shim", "haproxy", "prometheus"}
 
 
 def test_no_env_file_is_shared_between_services(services):
@@ -53,6 +54,7 @@ def test_no_env_file_is_shared_between_services(services):
     assert env_files(services["triton"]) == ["triton.env"]
     assert env_files(services["shim"]) == ["shim.env"]
     assert env_files(services["prometheus"]) == [] and env_files(services["haproxy"]) == []
+    assert env_files(services["pod"]) == []
 
 
 def test_every_env_file_has_a_template_and_is_ignored_by_git(services):
@@ -164,14 +166,17 @@ def test_every_published_port_is_bound_to_an_address(services):
 
 def test_tritons_ports_are_not_published_and_live_on_an_internal_network(compose, services):
     triton = services["triton"]
-    assert "ports" not in triton and "network_mode" not in triton
+    assert "ports" not in triton and "ports" not in services["pod"]
     for service in services.values():
         for port in ports(service, {}):
             assert port.target not in ("8000", "8001", "8002")
     networks = compose["networks"]
-    assert triton["networks"] == ["backend"] and networks["backend"]["internal"] is True
+    # The replica's namespace is the pod container's, on the internal network only, named triton there.
+    assert services["pod"]["networks"] == {"backend": {"aliases": ["triton"]}}
+    assert networks["backend"]["internal"] is True
     # The shim in Triton's namespace, as in a pod: Triton's API on 127.0.0.1 reaches it and nothing else.
-    assert services["shim"]["network_mode"] == "service:triton" and "networks" not in services["shim"]
+    assert triton["network_mode"] == services["shim"]["network_mode"] == "service:pod"
+    assert "networks" not in triton and "networks" not in services["shim"]
     # Behind HAProxy every connection comes from its address: no per-peer share in the shim, HAProxy's per source.
     assert environment(services["shim"])["INTERN_DECISION_MAX_CONNECTIONS_PER_PEER"] == "0"
     assert environment(services["shim"])["INTERN_DECISION_TRITON_URL"] == "127.0.0.1:8000"
@@ -203,7 +208,7 @@ def test_which_container_sees_which_secret(services):
     seen = {name: sorted(secret_names(service)) for name, service in services.items()}
     # Triton runs the checkpoint's own code: its key only, never the API token.
     assert seen == {"triton": [TRITON_KEY_SECRET], "shim": [API_TOKEN_SECRET, TRITON_KEY_SECRET], "haproxy": [],
-                    "prometheus": []}
+                    "prometheus": [], "pod": []}
 
 
 # --- hardening, caches, the grace period ---------------------------------------------------------------------
@@ -267,7 +272,7 @@ def test_healthchecks(services):
     assert services["shim"]["healthcheck"]["test"][-2:] == ["/opt/intern-decision/healthcheck.py", "shim"]
     # Loading and warming the model takes minutes: the grace period must cover it.
     assert int(services["triton"]["healthcheck"]["start_period"].rstrip("s")) >= 300
-    assert services["shim"]["depends_on"] == {"triton": {"condition": "service_healthy"}}
+    assert services["shim"]["depends_on"]["triton"] == {"condition": "service_healthy"}
     healthcheck = load_script("docker/healthcheck.py")
     assert callable(healthcheck.ping_model), "a real call through the model: readiness misses a dead stub"
 

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from shim.server import KEEP_ALIVE_SECONDS
+from shim.settings import ShimSettings
 from tests.tools import run
 from tests.unit.deploy_files import REPO, load_script
 
@@ -27,6 +28,8 @@ KUBERNETES_VERSION = "1.31.0"  # native sidecars are on by default from 1.29
 BUILT_IN_GROUPS = ("v1", "apps/v1", "policy/v1", "networking.k8s.io/v1")
 OVERLAYS = sorted(path.parent.name for path in (K8S / "overlays").glob("*/kustomization.yaml"))
 LONGEST_CALL_SECONDS = 120  # CALL_TIMEOUT_SECONDS' default
+# The gateway's Envoy replicas whose connections to one shim, each capped on its own, must stay below its bound.
+GATEWAY_ENVOY_REPLICAS = 3
 
 
 def load(path: Path) -> list[dict]:
@@ -278,6 +281,31 @@ def test_the_gateway_judges_replicas_by_health_alone_and_closes_idle_connections
     idle = policy["timeout"]["http"]["connectionIdleTimeout"]
     # Envoy closes an idle upstream connection before the shim does, so it never reuses one the shim is closing.
     assert float(idle.removesuffix("s")) < KEEP_ALIVE_SECONDS
+
+
+def shim_settings(pod):
+    """The shim's settings as the pod gives them (its own bounds: MAX_CONNECTIONS, MAX_QUEUE)."""
+    (shim,) = pod["containers"]
+    env = {item["name"]: item["value"] for item in shim["env"] if "value" in item}
+    secrets = {"INTERN_DECISION_API_TOKEN": "t" * 40, "INTERN_DECISION_TRITON_API_KEY": "k" * 32}
+    return ShimSettings.from_env({**env, **secrets})
+
+
+def test_envoys_connections_and_requests_to_a_shim_are_capped_below_the_shims_own_bounds(resources, pod):
+    breaker = of_kind(resources, "BackendTrafficPolicy")["spec"]["circuitBreaker"]
+    settings = shim_settings(pod)
+    per_shim = breaker["perEndpoint"]["maxConnections"]
+    # Envoy's default, 1,024 per backend, is far above a shim's MAX_CONNECTIONS: a flood of cheap GETs through the
+    # gateway would make the shim refuse or close Envoy's pooled connections. Each Envoy's own counters: up to
+    # GATEWAY_ENVOY_REPLICAS of them together stay below the shim's bound.
+    assert GATEWAY_ENVOY_REPLICAS * per_shim < settings.max_connections
+    # HTTP/1.1, one request at a time on a connection: the same cap holds requests at once, above the shim's queue
+    # so that a full replica still answers its own 429 busy.
+    assert per_shim > settings.max_queue
+    # The whole backend's caps never bind before the per-shim one at the ScaledObject's most replicas.
+    most_replicas = of_kind(resources, "ScaledObject")["spec"]["maxReplicaCount"]
+    assert breaker["maxConnections"] == breaker["maxParallelRequests"] == per_shim * most_replicas <= 1024
+    assert 0 < breaker["maxPendingRequests"] <= 1024
 
 
 def test_prometheus_scrapes_both_metrics_ports(resources, pod):

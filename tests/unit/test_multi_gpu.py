@@ -1,8 +1,8 @@
 """The one-host, N-GPU stack as docker/multi_gpu.py renders it: one Triton and one shim per GPU, each Triton its
-own card, each shim in its Triton's network namespace; HAProxy's configuration valid (`haproxy -c`) with the
-balancing the design needs and its bounds on clients; which container sees which secret; every service hardened,
-Triton's kernel cache writable; the shims' grace period the drain rule; Prometheus scraping every replica
-(`promtool check config`); config.pbtxt one instance. HAProxy comes from Debian's package
+own card, each shim and its Triton in the namespace of the replica's pause container; HAProxy's configuration
+valid (`haproxy -c`) with the balancing the design needs and its bounds on clients; which container sees which
+secret; every service hardened, Triton's kernel cache writable; the shims' grace period the drain rule; Prometheus
+scraping every replica (`promtool check config`); config.pbtxt one instance. HAProxy comes from Debian's package
 (scripts/install-haproxy.sh); a missing tool is a failure."""
 from __future__ import annotations
 
@@ -40,11 +40,12 @@ def test_one_triton_and_one_shim_per_gpu_each_triton_its_own_card(services):
     assert sorted(cards) == [[str(gpu)] for gpu in range(GPUS)]
     for gpu in range(GPUS):
         shim = shims[f"shim-{gpu}"]
-        assert shim["network_mode"] == f"service:triton-{gpu}"
-        assert shim["depends_on"] == {f"triton-{gpu}": {"condition": "service_healthy"}}
+        # Both in the namespace of the replica's pause container (tests/unit/test_compose_lifecycle.py).
+        assert shim["network_mode"] == tritons[f"triton-{gpu}"]["network_mode"] == f"service:pod-{gpu}"
+        assert shim["depends_on"][f"triton-{gpu}"] == {"condition": "service_healthy"}
         assert shim["environment"]["INTERN_DECISION_TRITON_URL"] == "127.0.0.1:8000"
         assert "ports" not in shim and "ports" not in tritons[f"triton-{gpu}"]  # only HAProxy is published
-        assert tritons[f"triton-{gpu}"]["networks"] == ["backend"]
+        assert services[f"pod-{gpu}"]["networks"] == {"backend": {"aliases": [f"triton-{gpu}"]}}
 
 
 def test_which_container_sees_which_secret(services):
@@ -149,11 +150,20 @@ def test_haproxys_checks_tolerate_one_slow_answer(rendered):
 def test_haproxy_bounds_each_source_and_each_shim(rendered):
     config = (rendered / "haproxy.cfg").read_text()
     module = renderer()
-    (table,) = re.findall(r"^\s+stick-table (.+)$", config, re.M)
+    (table, posts_table) = re.findall(r"^\s+stick-table (.+)$", config, re.M)
     assert "conn_cur" in table and f"http_req_rate({module.RATE_PERIOD})" in table
-    assert re.search(r"^\s+tcp-request connection track-sc0 src$", config, re.M)
-    assert re.search(rf"^\s+acl over_connections sc0_conn_cur gt {module.PER_SOURCE_CONNECTIONS}$", config, re.M)
+    assert table.startswith("type ipv6 ") and posts_table.startswith("type ipv6 ")
+    # A source is an IPv4 address or an IPv6 /64 (one holder has a /64 whole, a million addresses), and its
+    # connections past its share are refused as they connect, before they can hold a slot of maxconn silent.
+    assert re.search(r"^\s+tcp-request connection track-sc0 src,ipmask\(32,64\)$", config, re.M)
+    assert re.search(rf"^\s+tcp-request connection reject if {{ sc0_conn_cur gt {module.PER_SOURCE_CONNECTIONS} }}$",
+                     config, re.M)
     assert re.search(rf"^\s+acl over_rate sc0_http_req_rate gt {module.PER_SOURCE_REQUESTS}$", config, re.M)
+    # POSTs in flight per source, counted before their body is waited for, below one replica's queue (MAX_QUEUE 32).
+    assert re.search(r"^\s+http-request track-sc1 src,ipmask\(32,64\) table posts_in_flight if post$", config, re.M)
+    assert re.search(rf"if post {{ sc1_trackers gt {module.PER_SOURCE_POSTS} }}$", config, re.M)
+    assert config.index("track-sc1") < config.index("http-request wait-for-body")
+    assert 1 <= module.PER_SOURCE_POSTS < 32
     # Every refusal of the frontend: the envelope, the shim's code for its status, the connection closed.
     returns = re.findall(r"^\s+http-request return status (\d+) (.+)$", config, re.M)
     codes = {status: re.search(r'\\"code\\":\\"(\w+)\\"', rest).group(1) for status, rest in returns}
