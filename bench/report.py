@@ -1,5 +1,6 @@
-"""Renders docs/benchmarks.md from bench/results/*.json (before.json: the code before protocol v2; after.json: now),
-followed by the notes in bench/notes.md."""
+"""Renders docs/benchmarks.md from bench/results/*.json, led by inprocess.json (the stack against predict() in
+process; inprocess-before.json: the same benchmark before this round), then before.json (the code before protocol
+v2) and after.json, followed by the notes in bench/notes.md."""
 from __future__ import annotations
 
 import json
@@ -100,11 +101,62 @@ def before_after_section(run: dict) -> list[str]:
     return lines
 
 
+def inprocess_section(run: dict, before: dict | None = None) -> list[str]:
+    """bench/inprocess.py: the full stack and the same predict() in process, in one run; with `before`, the same
+    benchmark's run on the code before this round's changes beside it."""
+    lines = ["## The stack against predict() in process", "",
+             f"`bench/inprocess.py` at `{run['commit']}`: the full stack (shim and tritonserver) and "
+             "`bench/inprocess_app.py` (the same `intern_decision_model` engine and checkpoint behind a minimal "
+             "Starlette app serving `/v1/systemone` and `/decide/shared`, no Triton and no shim server), one torch "
+             f"thread each, every shape sent to both in each of {run['rounds']} rounds (after 2 warm-up rounds) by "
+             "the same client, which goes first alternating. Whole request times, the forward pass included. On "
+             f"a 2-core CPU ({run['machine']}); the machine is shared with other work and noisy, so one run's ratios move by a "
+             "few percent between runs. ms:", "",
+             "| shape | stack p50 / p90 / p99 | in process p50 / p90 / p99 | stack / in process, p50 | "
+             "stack adds, p50 |", "|---|---|---|---|---|"]
+    for name, sides in run["shapes"].items():
+        ours, theirs = sides["stack"], sides["in process"]
+        lines.append(f"| {name} | {ours['p50']:.1f} / {ours['p90']:.1f} / {ours['p99']:.1f} | "
+                     f"{theirs['p50']:.1f} / {theirs['p90']:.1f} / {theirs['p99']:.1f} | "
+                     f"{ours['p50'] / theirs['p50']:.3f}× | {ours['p50'] - theirs['p50']:+.2f} |")
+    load = run["overload"]
+    lines += ["", f"Overload: {run['clients']} clients of `bench/load.py` (`/decide/shared`, every answer checked "
+              f"against the client's reference), {run['load_seconds']:.0f} s against each side, twice, in turn:", "",
+              "| side | answers/s (each turn) | p50 ms | p99 ms | 200 | 429 busy | errors | mismatches |",
+              "|---|---|---|---|---|---|---|---|"]
+    for side, figures in load.items():
+        lines.append(f"| {side} | {' / '.join(f'{value:.1f}' for value in figures['answers_per_second'])} | "
+                     f"{' / '.join(f'{value:.0f}' for value in figures['p50_ms'])} | "
+                     f"{' / '.join(f'{value:.0f}' for value in figures['p99_ms'])} | {figures['ok']} | "
+                     f"{figures['busy_429']} | {figures['errors']} | {figures['mismatches']} |")
+    lines += ["", f"The shim's CPU per one-question request over {run['cpu_requests']} requests: "
+              f"{run['shim_cpu_ms_per_request']:.2f} ms.", ""]
+    if before is not None:
+        lines += [f"The same benchmark at `{before['commit']}` (before this round's changes), an earlier run on the "
+                  "same machine, p50 stack / in process:", "",
+                  "| shape | before | after |", "|---|---|---|"]
+        for name, sides in run["shapes"].items():
+            if name in before["shapes"]:
+                earlier = before["shapes"][name]
+                lines.append(f"| {name} | {earlier['stack']['p50'] / earlier['in process']['p50']:.3f}× | "
+                             f"{sides['stack']['p50'] / sides['in process']['p50']:.3f}× |")
+        lines.append(f"| shim CPU per one-question request, ms | {before['shim_cpu_ms_per_request']:.2f} | "
+                     f"{run['shim_cpu_ms_per_request']:.2f} |")
+        lines.append("")
+    for note in run.get("notes", []):
+        lines += [note, ""]
+    return lines
+
+
 def write_doc() -> None:
     runs = {path.stem: json.loads(path.read_text()) for path in sorted((BENCH / "results").glob("*.json"))}
     lines = [
         "# Benchmarks",
         "",
+    ]
+    if "inprocess" in runs:
+        lines += inprocess_section(runs["inprocess"], runs.get("inprocess-before"))
+    lines += [
         "## What the shim and Triton add to a request, against the architecture's floor",
         "",
         "`bench/overhead.py` (how it measures is in its docstring). All times in ms; client, shim, tritonserver, "

@@ -5,7 +5,8 @@ snapshot path and inference.py hash (INV-3), the CUDA device and arch list (INV-
 load (INV-4), the fast linear-attention kernels on CUDA (unless the slow path is allowed explicitly), a warm-up that
 scores (INV-3), the prompt-hash check (INV-8) and the vision-tower swap (INV-7).
 answer_calls() scores a request's predict() calls under the CallGuard, one after another, and adds the prompt hash,
-prompt version and model facts to each.
+prompt version and model facts to each. The hash is of the text predict() itself rendered (PromptCapture), so each
+call's prompt is rendered once.
 The prompt and the readout are always the checkpoint's; nothing here re-implements them.
 """
 from __future__ import annotations
@@ -15,7 +16,6 @@ import logging
 import uuid
 from datetime import datetime, timezone
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
 
@@ -52,6 +52,33 @@ def render_prompt(module: ModuleType, tokenizer: Any, request: dict) -> str:
     """The chat-template text predict() tokenises for this request, from the checkpoint's own functions."""
     compiled = module.compile_row(module.validate_request(request))
     return tokenizer.apply_chat_template(compiled.messages, **TEMPLATE_ARGUMENTS)
+
+
+class PromptCapture:
+    """Keeps the last text the tokenizer's chat template rendered: what predict() tokenised for the call it scored.
+
+    The tokenizer's apply_chat_template is wrapped on the instance (the checkpoint's code still calls its own
+    tokenizer, with its own arguments), so the prompt hash is taken from the very text the model saw, and nothing
+    renders it a second time.
+    """
+
+    def __init__(self, tokenizer: Any):
+        self._last: str | None = None
+        render = tokenizer.apply_chat_template
+
+        def rendering(*args: Any, **kwargs: Any) -> Any:
+            self._last = rendered = render(*args, **kwargs)
+            return rendered
+
+        tokenizer.apply_chat_template = rendering
+
+    def clear(self) -> None:
+        self._last = None
+
+    def take(self) -> str | None:
+        """The text rendered since clear(), or None if predict() rendered none through the tokenizer."""
+        last, self._last = self._last, None
+        return last if isinstance(last, str) else None
 
 
 def count_tokens(tokenizer: Any, text: str) -> int:
@@ -106,7 +133,7 @@ class ServingEngine:
         self._guard = guard
         self.facts = facts
         self._answer_facts = facts.of_answer()
-        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intern-decision-prompt-hash")
+        self._prompts = PromptCapture(engine.tokenizer)
 
     @classmethod
     def start(cls, settings: Settings, device: str, torch: Any = None) -> "ServingEngine":
@@ -207,28 +234,18 @@ class ServingEngine:
 
     def answer_calls(self, requests: list[dict]) -> Iterator[dict]:
         """Each call's answer, in order, scored one after another; stops at the first call that fails. An answer is
-        predict()'s output unchanged, plus prompt_sha256, prompt_version and the model facts.
+        predict()'s output unchanged, plus prompt_sha256, prompt_version and the model facts."""
+        for request in requests:
+            yield self._guard.call(self._score, request)
 
-        The prompt hashes are rendered on a thread of their own while the calls score: the forward pass releases
-        the GIL, so rendering call k+1's prompt costs the caller nothing while call k runs.
-        """
-        hashes = [self._hasher.submit(self._prompt_sha256, request) for request in requests]
-        try:
-            for request, prompt_sha256 in zip(requests, hashes):
-                yield self._guard.call(self._score, request, prompt_sha256)
-        finally:
-            for pending in hashes:
-                pending.cancel()
-
-    def _prompt_sha256(self, request: dict) -> str:
-        prompt = render_prompt(self._module, self._engine.tokenizer, request)
-        return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
-
-    def _score(self, request: dict, prompt_sha256: Future[str]) -> dict:
-        return wire_answer.written(self._engine.predict(request), prompt_sha256.result(),
+    def _score(self, request: dict) -> dict:
+        self._prompts.clear()
+        predicted = self._engine.predict(request)
+        # a checkpoint whose predict() renders its prompt some other way is hashed from a render of our own
+        prompt = self._prompts.take() or render_prompt(self._module, self._engine.tokenizer, request)
+        return wire_answer.written(predicted, hashlib.sha256(prompt.encode("utf-8")).hexdigest(),
                                    self.settings.prompt_version, self._answer_facts)
 
     def close(self) -> None:
-        self._hasher.shutdown(wait=True, cancel_futures=True)
         self._engine = None
         self._guard.release()

@@ -12,6 +12,9 @@ async def acquire_unless(lock: asyncio.Lock, *stops: asyncio.Event) -> asyncio.E
     already = next((stop for stop in stops if stop.is_set()), None)
     if already is not None:
         return already
+    if _free(lock):  # taken at once, no wait to give up: no future or task per request
+        await lock.acquire()
+        return None
     acquiring = asyncio.ensure_future(lock.acquire())
     watching = [asyncio.ensure_future(stop.wait()) for stop in stops]
     stopped: asyncio.Event | None = None
@@ -30,3 +33,8 @@ async def acquire_unless(lock: asyncio.Lock, *stops: asyncio.Event) -> asyncio.E
             if not acquiring.cancelled():  # it got the lock after all: give it back
                 lock.release()
     return stopped
+
+
+def _free(lock: asyncio.Lock) -> bool:
+    """Whether lock.acquire() would return without suspending: unlocked, and no waiter it would be handed to first."""
+    return not lock.locked() and not getattr(lock, "_waiters", None)

@@ -189,8 +189,23 @@ def test_answer_adds_the_honest_prompt_hash_and_the_facts(tmp_path, torch):
     template_calls = [event for event in torch.events if isinstance(event, tuple) and event[0] == "template"]
     expected_arguments = (("add_generation_prompt", False), ("add_vision_id", True), ("enable_thinking", False),
                           ("tokenize", False))
-    # the hash's rendering (on its own thread) uses HFBackend.encode's arguments
+    # the startup check's rendering uses HFBackend.encode's arguments
     assert ("template", expected_arguments) in template_calls
+
+
+def test_each_call_renders_its_prompt_once_and_hashes_what_predict_rendered(tmp_path, torch):
+    snapshot, sha256 = write_checkpoint(tmp_path)
+    engine = ServingEngine.start(settings_for(snapshot, sha256), "cuda:0", torch=torch)
+    requests = [{"state": state, "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}}
+                for state in ("s", "t", "u")]
+    torch.events.clear()
+    answers = list(engine.answer_calls(requests))
+    # the fake predict() renders with no arguments: only its own rendering ran, one per call
+    assert [event for event in torch.events if isinstance(event, tuple) and event[0] == "template"] == [
+        ("template", ())] * 3
+    for request, answer in zip(requests, answers):
+        rendered = "<prompt> " + json.dumps(request, sort_keys=True)
+        assert answer["prompt_sha256"] == hashlib.sha256(rendered.encode()).hexdigest()
 
 
 def test_baseline_is_taken_after_the_warm_up_and_an_oom_is_reported(tmp_path, torch):

@@ -9,6 +9,7 @@ import pytest
 from shim.app import create_app
 from shim.client_gone import ClientGone, client_gone_event, watched
 from shim.metrics import ShimMetrics
+from shim.port.locks import acquire_unless
 from shim.port.waiting import acquire
 
 from .asgi_exchange import RawRequest
@@ -105,4 +106,28 @@ async def test_a_lock_won_in_the_same_moment_the_client_goes_is_given_back():
         client_gone_event().set()
         with pytest.raises(ClientGone):
             await acquire(lock)
+    assert not lock.locked()
+
+
+def test_a_free_lock_is_taken_at_once_with_no_task_or_future_to_watch_the_stops():
+    """The common case costs nothing: the coroutine finishes on its first step, without suspending."""
+    lock, stop = asyncio.Lock(), asyncio.Event()
+    stepping = acquire_unless(lock, stop)
+    with pytest.raises(StopIteration) as finished:
+        stepping.send(None)
+    assert finished.value.value is None and lock.locked()
+
+
+async def test_a_lock_about_to_be_handed_to_a_waiter_is_waited_for_and_the_stops_still_watched():
+    lock, stop = asyncio.Lock(), asyncio.Event()
+    await lock.acquire()
+    first = asyncio.ensure_future(lock.acquire())
+    await asyncio.sleep(0)
+    lock.release()  # unlocked, but promised to `first`
+    second = asyncio.ensure_future(acquire_unless(lock, stop))
+    await asyncio.sleep(0)
+    assert await first and not second.done()
+    stop.set()
+    assert await second is stop
+    lock.release()
     assert not lock.locked()
