@@ -139,3 +139,28 @@ def test_the_balancers_answers_follow_the_registrys_policy_and_words():
         error = BY_CODE[code]
         assert (f"hdr Retry-After {RETRY_AFTER_SECONDS}" in options) == error.retry_after, code
         assert error.words is None or message == error.words, code
+
+
+@pytest.mark.anyio
+async def test_an_http_exception_of_a_status_the_registry_lacks_is_a_failure_of_the_shims_own():
+    """The routing raises only 404 and 405; anything else is answered as an unexpected failure, in a registered
+    code, not in a code made up on the spot."""
+    import json
+
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+
+    from shim.exception_handlers import http_error
+
+    request = Request({"type": "http", "method": "GET", "path": "/x", "headers": [], "query_string": b""})
+    try:
+        raise HTTPException(418)
+    except HTTPException as exc:
+        response = await http_error(request, exc)
+    assert (response.status_code, json.loads(response.body)["error"]["code"]) == (500, "scoring_failed")
+    try:
+        raise HTTPException(405, headers={"Allow": "GET"})
+    except HTTPException as exc:
+        response = await http_error(request, exc)
+    assert (response.status_code, json.loads(response.body)["error"]["code"]) == (405, "method_not_allowed")
+    assert response.headers["allow"] == "GET"
