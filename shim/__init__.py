@@ -28,9 +28,12 @@ port/       the model as both surfaces use it: model (the Protocol and a ping's 
             facts_cache (the model's facts, cached), waiting and locks (the lock's wait, given up when the client
             goes or the drain stops the queue), triton and http1 (Triton over our own HTTP/1.1 connections), watch
             (the model's liveness: pings, and reloads when its process died)
-errors      the error envelope, the public errors, the one 422 type (UnprocessableRequest), the one failure
-            type of a call (Failure on wire.Kind), why the model is unusable (Problem: public words, private
-            detail, both set where it arises)                                                           (pure)
+error_codes
+            every public error code, defined once: status, code, fixed words, Retry-After and closing; the app,
+            the server's own refusals, the edge, the port's outcomes and MCP answer from it              (pure)
+errors      the error envelope, the one 422 type (UnprocessableRequest), the one failure type of a call
+            (Failure on wire.Kind), why the model is unusable (Problem: public words, private detail, both
+            set where it arises)                                                                        (pure)
 drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
 json_body   a request's JSON read strictly, off the event loop when it is large (both surfaces' routes and MCP)
 client_gone

@@ -16,8 +16,10 @@ from typing import AsyncIterator
 
 from starlette.types import Message, Receive
 
+from .error_codes import CLIENT_GONE
+
 # The status of a request whose client went away: logged, never seen by anyone (there is no one to answer).
-CLIENT_WENT_AWAY = 499
+CLIENT_WENT_AWAY = CLIENT_GONE.status
 
 _current: ContextVar["_Channel | None"] = ContextVar("intern_decision_client", default=None)
 
@@ -74,4 +76,4 @@ def client_gone_event() -> asyncio.Event | None:
 
 
 def gone_error() -> ClientGone:
-    return ClientGone("the client went away before its request reached the model")
+    return ClientGone(CLIENT_GONE.words)

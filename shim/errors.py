@@ -14,34 +14,8 @@ from typing import NamedTuple
 
 from wire.protocol import Kind, parse_error
 
-
-class PublicError(NamedTuple):
-    status: int
-    code: str
-
-
-UNAVAILABLE = PublicError(502, "model_unavailable")
-# The refusals of a POST before it reaches the app (shim/edge/: auth, drain, encoding, admission, body), in the
-# order they are checked.
-UNAUTHORIZED = PublicError(401, "unauthorized")
-UNSUPPORTED_MEDIA_TYPE = PublicError(415, "unsupported_media_type")
-BUSY = PublicError(429, "busy")
-REQUEST_TIMEOUT = PublicError(408, "request_timeout")
-TOO_LARGE = PublicError(413, "request_too_large")
-# A POST after a draining shim stopped admitting (shim/drain.py), after auth and before admission.
-DRAINING = PublicError(503, "draining")
-# The app's own: validation (and the model's ValueError), an answer that cannot be read, no such route.
-INVALID = PublicError(422, "invalid_request")
-SCORING_FAILED = PublicError(500, "scoring_failed")
-HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
-# Headers refused by the server before there is a request (shim/server/).
-HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large")
-# A request on a connection beyond MAX_CONNECTIONS (shim/server/), answered and closed.
-TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections")
-# A Transfer-Encoding other than chunked alone (shim/edge/framing.py).
-UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding")
-# Seconds a 429 or a draining 503 asks the caller to wait (Retry-After).
-RETRY_AFTER_SECONDS = 1
+# Every public error (status, code, fixed words, Retry-After) is defined once, in shim/error_codes.py.
+from .error_codes import BY_CODE, OUT_OF_MEMORY, SCORING_FAILED, UNAVAILABLE, PublicError
 
 
 # The words a caller is told about the model (a 502's message, /health's reason, an MCP tool error), chosen where the
@@ -52,9 +26,9 @@ TRITON_ERROR = "triton answered an error"
 MODEL_NOT_READY = "model not ready"
 MODEL_NOT_ANSWERING = "model not answering"
 MODEL_FACTS_UNAVAILABLE = "model facts unavailable"
-MODEL_UNAVAILABLE = "model unavailable"
+MODEL_UNAVAILABLE = UNAVAILABLE.words
 # An out-of-memory's own text is CUDA's first error line: the card's capacity, its free memory, other processes' ids.
-OUT_OF_MEMORY_WORDS = "the model ran out of GPU memory for this request; the service keeps answering"
+OUT_OF_MEMORY_WORDS = OUT_OF_MEMORY.words
 
 
 class Problem(NamedTuple):
@@ -68,11 +42,12 @@ class Problem(NamedTuple):
 class ApiError(Exception):
     """An error answered in the envelope with its status (and, on the System One routes, a 422's detail)."""
 
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
+    def __init__(self, error: PublicError, message: str, headers: dict[str, str] | None = None,
                  detail: list[dict] | None = None):
-        super().__init__(status, code, message)
-        self.status = status
-        self.code = code
+        super().__init__(error.status, error.code, message)
+        self.error = error
+        self.status = error.status
+        self.code = error.code
         self.message = message
         self.headers = headers
         self.detail = detail
@@ -103,9 +78,10 @@ class Failure(enum.Enum):
     marks_down:  whether the watch takes the model for down and pings it at once
     """
 
-    INVALID = (Kind.INVALID.word, PublicError(Kind.INVALID.status, Kind.INVALID.code), False)
-    OUT_OF_MEMORY = (Kind.OUT_OF_MEMORY.word, PublicError(Kind.OUT_OF_MEMORY.status, Kind.OUT_OF_MEMORY.code), False)
-    FAILED = (Kind.FAILED.word, PublicError(Kind.FAILED.status, Kind.FAILED.code), False)
+    # the model's own kinds, answered as the registry's errors of their codes (the wire's Kind agrees, held by a test)
+    INVALID = (Kind.INVALID.word, BY_CODE[Kind.INVALID.code], False)
+    OUT_OF_MEMORY = (Kind.OUT_OF_MEMORY.word, BY_CODE[Kind.OUT_OF_MEMORY.code], False)
+    FAILED = (Kind.FAILED.word, BY_CODE[Kind.FAILED.code], False)
     TRITON = ("model_unavailable", UNAVAILABLE, True)  # Triton answered an error of its own (a dead stub, not ready)
     TRANSPORT = ("transport", UNAVAILABLE, True)  # Triton did not answer at all: refused, reset, timed out
     UNREADABLE = ("unreadable_answer", SCORING_FAILED, False)  # an answer that lacks something a result needs
@@ -130,7 +106,7 @@ class ModelFailure(ApiError):
     def __init__(self, failure: Failure, message: str, call: int | None = None,
                  headers: dict[str, str] | None = None, detail: list[dict] | None = None, reason: str | None = None,
                  where: str = ""):
-        super().__init__(failure.error.status, failure.error.code, message, headers, detail)
+        super().__init__(failure.error, message, headers, detail)
         self.failure = failure
         self.call = call
         self.reason = reason if reason is not None else _PUBLIC_WORDS.get(failure, MODEL_UNAVAILABLE)
@@ -155,8 +131,12 @@ class IncompleteAnswer(ModelFailure):
         super().__init__(Failure.UNREADABLE, message)
 
 
-def envelope(code: str, message: str) -> dict:
-    return {"error": {"code": code, "message": message}}
+def envelope(error: PublicError, message: str | None = None) -> dict:
+    """The error envelope of a public error, its fixed words unless a message is given."""
+    text = error.words if message is None else message
+    if text is None:
+        raise ValueError(f"{error.code} has no fixed words: name what was refused")
+    return {"error": {"code": error.code, "message": text}}
 
 
 def validation_detail(loc: list, message: str, kind: str = "value_error") -> list[dict]:

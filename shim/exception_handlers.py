@@ -7,9 +7,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from .errors import (DRAINING, HTTP_CODES, INVALID, RETRY_AFTER_SECONDS, SCORING_FAILED, ApiError, Failure,
-                     ModelFailure, UnprocessableRequest, envelope)
-from .client_gone import CLIENT_WENT_AWAY, ClientGone
+from .error_codes import CLIENT_GONE, DRAINING, HTTP_CODES, INVALID, SCORING_FAILED
+from .errors import ApiError, Failure, ModelFailure, UnprocessableRequest, envelope
+from .client_gone import ClientGone
 from .port.waiting import QueueStopped
 
 log = logging.getLogger("intern_decision.shim")
@@ -18,7 +18,7 @@ log = logging.getLogger("intern_decision.shim")
 def error_body(exc: ApiError | UnprocessableRequest) -> dict:
     """The envelope for an error the app raises, in its public words, with its 422 detail when it has one; the MCP
     tools' failures carry the same body (shim/systemone/mcp.py)."""
-    body = envelope(exc.code, exc.public_message) if isinstance(exc, ApiError) else envelope(INVALID.code, str(exc))
+    body = envelope(exc.error, exc.public_message) if isinstance(exc, ApiError) else envelope(INVALID, str(exc))
     if exc.detail is not None:
         body["detail"] = exc.detail
     return body
@@ -29,10 +29,8 @@ def as_api_error(exc: QueueStopped | ClientGone) -> ApiError:
     connection closed so that the retry opens one to another replica; one whose client went away is 499, read by no
     one (the status is for the access line and the series)."""
     if isinstance(exc, QueueStopped):
-        return ApiError(DRAINING.status, DRAINING.code,
-                        "this replica is shutting down and had not started this request; retry (another replica)",
-                        {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"})
-    return ApiError(CLIENT_WENT_AWAY, "client_gone", str(exc))
+        return ApiError(DRAINING, DRAINING.words, DRAINING.headers())
+    return ApiError(CLIENT_GONE, str(exc))
 
 
 async def port_outcome(request: Request, exc: QueueStopped | ClientGone) -> JSONResponse:
@@ -52,15 +50,18 @@ async def api_error(request: Request, exc: ApiError) -> JSONResponse:
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    code = HTTP_CODES.get(exc.status_code, "http_error")
-    return JSONResponse(envelope(code, exc.detail), status_code=exc.status_code, headers=exc.headers)
+    """The routing's 404 and 405 (the only HTTPExceptions raised); any other is a failure of the shim's own."""
+    error = HTTP_CODES.get(exc.status_code)
+    if error is None:
+        return await unexpected(request, exc)
+    return JSONResponse(envelope(error, exc.detail), status_code=error.status, headers=exc.headers)
 
 
 async def unexpected(request: Request, exc: Exception) -> JSONResponse:
     """Starlette's last resort (ServerErrorMiddleware, inside RequestId and the access line): the exception, its
     type among it, goes to the log with the request id; the caller is told that something failed, not what."""
     log.exception("%s %s: failed while building the response", request.method, request.url.path)
-    return JSONResponse(envelope(SCORING_FAILED.code, UNEXPECTED_FAILURE), status_code=SCORING_FAILED.status)
+    return JSONResponse(envelope(SCORING_FAILED, UNEXPECTED_FAILURE), status_code=SCORING_FAILED.status)
 
 
 UNEXPECTED_FAILURE = "failed while building the response; the log has the detail under this request's id"

@@ -23,7 +23,8 @@ from starlette.routing import Route
 from wire.facts import ModelFacts
 
 from .drain import Drain
-from .errors import DRAINING, MODEL_UNAVAILABLE, UNAVAILABLE, ApiError, ModelFailure, Problem, envelope
+from .error_codes import DRAINING, UNAVAILABLE
+from .errors import MODEL_UNAVAILABLE, ApiError, ModelFailure, Problem, envelope
 from .metrics import ShimMetrics
 from .port.chunking import MAX_QUESTIONS_PER_CALL
 from .port.facts_cache import FactsCache
@@ -127,11 +128,11 @@ def health_route(settings: ShimSettings, check: "HealthCheck", drain: Drain) -> 
 
     async def health(request: Request) -> JSONResponse:
         if drain.draining:
-            return JSONResponse({"status": "draining", **envelope(DRAINING.code, "this replica is shutting down")},
+            return JSONResponse({"status": "draining", **envelope(DRAINING, "this replica is shutting down")},
                                 status_code=DRAINING.status)
         verdict = await check.current()
         if verdict.problem is not None:
-            body = {"status": "unavailable", **envelope(UNAVAILABLE.code, verdict.problem.public)}
+            body = {"status": "unavailable", **envelope(UNAVAILABLE, verdict.problem.public)}
             return JSONResponse(body, status_code=503)
         return JSONResponse(health_body(settings, verdict.facts))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..drain import Drain
-from ..errors import BUSY, RETRY_AFTER_SECONDS
+from ..error_codes import BUSY
 from .refusal import is_post, refuse
 
 
@@ -22,8 +22,7 @@ class Admission:
             return
         if self._drain.admitted >= self._max_queue:
             await refuse(scope, receive, send, BUSY,
-                         f"{self._max_queue} requests are already queued or scoring; retry later",
-                         {"Retry-After": str(RETRY_AFTER_SECONDS)})
+                         f"{self._max_queue} requests are already queued or scoring; retry later")
             return
         with self._drain.admission():
             await self.app(scope, receive, send)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors import UNAUTHORIZED
+from ..error_codes import UNAUTHORIZED
 from .refusal import is_post, refuse
 from .tokens import AcceptedTokens, bearer_matches
 
@@ -19,7 +19,6 @@ class BearerAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         guarded = is_post(scope) or (scope["type"] == "http" and scope["path"] in self._authenticated_paths)
         if guarded and not bearer_matches(Headers(scope=scope), self._tokens):
-            await refuse(scope, receive, send, UNAUTHORIZED, "missing or wrong bearer token",
-                         {"WWW-Authenticate": "Bearer"})
+            await refuse(scope, receive, send, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
             return
         await self.app(scope, receive, send)

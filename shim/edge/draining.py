@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..drain import Drain
-from ..errors import DRAINING, RETRY_AFTER_SECONDS
+from ..error_codes import DRAINING
 from .refusal import is_post, refuse
 
 
@@ -16,7 +16,6 @@ class RefuseWhileDraining:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if is_post(scope) and self._drain.refusing:
-            await refuse(scope, receive, send, DRAINING, "this replica is shutting down; retry (another replica)",
-                         {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"})
+            await refuse(scope, receive, send, DRAINING)
             return
         await self.app(scope, receive, send)

@@ -11,10 +11,10 @@
 from __future__ import annotations
 
 from starlette.datastructures import Headers, MutableHeaders
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import UNSUPPORTED_TRANSFER_ENCODING, envelope
+from ..error_codes import UNSUPPORTED_TRANSFER_ENCODING
+from .refusal import refuse
 
 CHUNKED = "chunked"
 _WHITESPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() strips: str.strip() would strip more (\x85, \xa0)
@@ -47,13 +47,9 @@ class TransferEncodingGuard:
         if scope["type"] == "http":
             codings = transfer_codings(Headers(scope=scope))
             if codings and codings != [CHUNKED]:
-                named = ", ".join(codings)
-                response = JSONResponse(
-                    envelope(UNSUPPORTED_TRANSFER_ENCODING.code,
-                             f"Transfer-Encoding {named} is not supported; send chunked alone (a compressed body: "
-                             f"Content-Encoding gzip or zstd)"),
-                    status_code=UNSUPPORTED_TRANSFER_ENCODING.status, headers={"Connection": "close"})
-                await response(scope, receive, send)
+                await refuse(scope, receive, send, UNSUPPORTED_TRANSFER_ENCODING,
+                             f"Transfer-Encoding {', '.join(codings)} is not supported; send chunked alone (a "
+                             f"compressed body: Content-Encoding gzip or zstd)")
                 return
         await self.app(scope, receive, send)
 

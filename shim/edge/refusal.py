@@ -5,7 +5,8 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from ..errors import PublicError, envelope
+from ..error_codes import PublicError
+from ..errors import envelope
 
 
 def is_post(scope: Scope) -> bool:
@@ -14,6 +15,9 @@ def is_post(scope: Scope) -> bool:
     return scope["type"] == "http" and scope["method"] == "POST"
 
 
-async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError, message: str,
+async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError, message: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
-    await JSONResponse(envelope(error.code, message), status_code=error.status, headers=headers)(scope, receive, send)
+    """The refusal in the envelope (its fixed words unless a message is given), with the headers its policy adds
+    (Retry-After, Connection: close) and any of the refusal's own."""
+    await JSONResponse(envelope(error, message), status_code=error.status,
+                       headers={**error.headers(), **(headers or {})})(scope, receive, send)

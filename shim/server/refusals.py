@@ -1,24 +1,22 @@
 """What the server answers itself, before or instead of the app: each in the error envelope, each closing the
-connection. The reason phrases are the standard library's (http.HTTPStatus)."""
+connection, each as shim/error_codes.py defines it (its status and reason phrase, its Retry-After)."""
 from __future__ import annotations
 
 import json
 import uuid
-from http import HTTPStatus
 
 from ..edge.framing import closing
-from ..errors import HEADERS_TOO_LARGE, RETRY_AFTER_SECONDS, TOO_MANY_CONNECTIONS, PublicError, envelope
+from ..error_codes import HEADERS_TOO_LARGE, TOO_MANY_CONNECTIONS, TOO_MANY_PIPELINED, PublicError
+from ..errors import envelope
 from .limits import MAX_HEADER_BYTES, ConnectionLimits
-
-# A request pipelined beyond MAX_PIPELINED_REQUESTS, answered once those before it are, and the connection closed.
-TOO_MANY_PIPELINED = PublicError(400, "too_many_pipelined_requests")
 
 
 def _closing_answer(error: PublicError, message: str) -> bytes:
     """A whole response written to the transport, for what the server refuses before there is a request."""
-    body = json.dumps(envelope(error.code, message))
-    return (f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\nx-request-id: {uuid.uuid4().hex}\r\n\r\n"
+    body = json.dumps(envelope(error, message))
+    policy = "".join(f"{name.lower()}: {value}\r\n" for name, value in error.headers().items())
+    return (f"HTTP/1.1 {error.status} {error.phrase}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n{policy}x-request-id: {uuid.uuid4().hex}\r\n\r\n"
             f"{body}").encode("ascii")
 
 
@@ -39,18 +37,19 @@ def _too_many_connections_body(limits: ConnectionLimits, over: str | None) -> by
                 f"retry later")
     else:
         text = f"this replica has {limits.max_connections} connections open, all busy (MAX_CONNECTIONS); retry later"
-    return json.dumps(envelope(TOO_MANY_CONNECTIONS.code, text)).encode("ascii")
+    return json.dumps(envelope(TOO_MANY_CONNECTIONS, text)).encode("ascii")
 
 
 def too_many_connections(limits: ConnectionLimits, over: str | None = None):
     """The ASGI app a request gets on a connection over MAX_CONNECTIONS or its peer's share, when no idle connection
     can give way: 503 in the envelope, then closed."""
     body = _too_many_connections_body(limits, over)
+    policy = [(name.lower().encode("ascii"), value.encode("ascii"))
+              for name, value in TOO_MANY_CONNECTIONS.headers().items()]
 
     async def answer(scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": TOO_MANY_CONNECTIONS.status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode("ascii")),
-            (b"retry-after", str(RETRY_AFTER_SECONDS).encode("ascii")), (b"connection", b"close"),
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode("ascii")), *policy,
             (b"x-request-id", uuid.uuid4().hex.encode("ascii"))]})
         await send({"type": "http.response.body", "body": body})
 

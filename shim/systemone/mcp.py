@@ -43,7 +43,8 @@ from wire import strict_json
 from .. import context
 from ..client_gone import ClientGone
 from ..edge.refusal import refuse
-from ..errors import INVALID, TOO_LARGE, ApiError, UnprocessableRequest
+from ..error_codes import INVALID, TOO_LARGE
+from ..errors import ApiError, UnprocessableRequest
 from ..exception_handlers import as_api_error, error_body
 from ..json_body import ON_LOOP_BYTES, strict_body
 from ..port.waiting import QueueStopped

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import note_usage
-from ..errors import RETRY_AFTER_SECONDS, ModelFailure
+from ..errors import ModelFailure, validation_detail
 from ..port.calls import CallRunner
 from ..port.facts_cache import FactsCache
 from ..port.chunking import chunks
@@ -89,6 +89,6 @@ def _named(exc: ModelFailure, calls: list, item: int | None) -> ModelFailure:
         where.append(f"call {exc.call} ({question_numbers(calls, exc.call)})")
     message = ": ".join([*where, exc.message])
     loc = ["body"] if item is None else ["body", "requests", item]
-    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if exc.status == 503 else None
-    detail = [{"loc": loc, "msg": message, "type": "value_error"}] if exc.status == 422 else None
+    headers = exc.error.headers(system_one=True) or None
+    detail = validation_detail(loc, message) if exc.status == 422 else None
     return ModelFailure(exc.failure, message, exc.call, headers, detail, exc.reason, ": ".join(where))

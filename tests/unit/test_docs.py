@@ -1,15 +1,12 @@
 """The docs a newcomer reads hold what the code does: every link resolves, every setting the code reads is in
-docs/configuration.md (and every one listed there is read), every error the shim answers is in docs/semif.md's
-table, and the numbered differences from semif-serve run 1..N without a gap."""
+docs/configuration.md (and every one listed there is read), and the numbered differences from semif-serve run 1..N
+without a gap. The errors tables are held to the error registry by tests/unit/test_error_codes.py."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 import pytest
-
-from shim import errors
-from wire.protocol import Kind
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -62,24 +59,6 @@ def test_every_setting_the_code_reads_is_documented_and_every_documented_one_is_
     assert documented - read - READ_ELSEWHERE == set(), "settings in docs/configuration.md that nothing reads"
     elsewhere = page_text(ROOT / "docker" / "healthcheck.py")
     assert [name for name in READ_ELSEWHERE if f'(env, "{name}"' not in elsewhere] == []
-
-
-def errors_table() -> set[tuple[int, str]]:
-    text = page_text(DOCS / "semif.md")
-    table = text[text.index("## Errors"):]
-    return {(int(status), code) for status, code in re.findall(r"^\| (\d{3}) \| `([a-z_]+)` \|", table, re.M)}
-
-
-def test_every_error_the_shim_answers_is_in_the_errors_table():
-    public = {value for value in vars(errors).values() if isinstance(value, errors.PublicError)}
-    # a public error defined beside where it is answered (the server's own refusals, for one)
-    public |= {errors.PublicError(int(status), code) for path in (ROOT / "shim").rglob("*.py")
-               for status, code in re.findall(r'PublicError\((\d{3}), "([a-z_]+)"\)', page_text(path))}
-    public |= {errors.PublicError(status, code) for status, code in errors.HTTP_CODES.items()}
-    public |= {errors.PublicError(kind.status, kind.code) for kind in Kind}
-    public |= {failure.error for failure in errors.Failure}
-    assert len(public) >= 15
-    assert {(error.status, error.code) for error in public} == errors_table()
 
 
 def test_the_differences_are_numbered_without_a_gap():

@@ -8,7 +8,7 @@ import jsonschema_rs
 import pytest
 from starlette.routing import Route
 
-from shim import errors
+from shim import error_codes
 from shim.app import OPENAPI_PATH, create_app
 from shim.settings import ShimSettings
 from wire.protocol import Kind
@@ -17,12 +17,13 @@ from .fake_model import FakeModel
 
 DOC = json.loads(OPENAPI_PATH.read_bytes())
 # What the code can answer on a POST route: its refusals before the app, the app's own, the model's kinds.
-POST_ERRORS = {errors.UNAUTHORIZED, errors.DRAINING, errors.UNSUPPORTED_MEDIA_TYPE, errors.BUSY,
-               errors.REQUEST_TIMEOUT, errors.TOO_LARGE, errors.INVALID, errors.SCORING_FAILED, errors.UNAVAILABLE,
-               errors.HEADERS_TOO_LARGE} | {(k.status, k.code) for k in Kind}
-GET_STATUSES = {"/health": {200, 503, errors.HEADERS_TOO_LARGE[0]}, "/openapi.json": {200, errors.HEADERS_TOO_LARGE[0]},
-                "/v1/models": {200, errors.UNAUTHORIZED.status, errors.UNAVAILABLE.status,
-                               errors.HEADERS_TOO_LARGE.status}}
+POST_ERRORS = {(error.status, error.code) for error in (
+    error_codes.UNAUTHORIZED, error_codes.DRAINING, error_codes.UNSUPPORTED_MEDIA_TYPE, error_codes.BUSY,
+    error_codes.REQUEST_TIMEOUT, error_codes.TOO_LARGE, error_codes.INVALID, error_codes.SCORING_FAILED,
+    error_codes.UNAVAILABLE, error_codes.HEADERS_TOO_LARGE)} | {(k.status, k.code) for k in Kind}
+HEADERS_TOO_LARGE = error_codes.HEADERS_TOO_LARGE.status
+GET_STATUSES = {"/health": {200, 503, HEADERS_TOO_LARGE}, "/openapi.json": {200, HEADERS_TOO_LARGE},
+                "/v1/models": {200, error_codes.UNAUTHORIZED.status, error_codes.UNAVAILABLE.status, HEADERS_TOO_LARGE}}
 OPEN_GETS = {"/health", "/openapi.json"}
 
 
@@ -65,7 +66,7 @@ def test_posts_document_every_status_and_code_the_code_can_answer():
 
 
 def test_the_envelopes_codes_are_every_code_the_app_answers():
-    codes = {code for _, code in POST_ERRORS} | set(errors.HTTP_CODES.values())
+    codes = {code for _, code in POST_ERRORS} | {error.code for error in error_codes.HTTP_CODES.values()}
     assert set(DOC["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"]) == codes
 
 
@@ -84,7 +85,7 @@ def test_every_response_documents_the_request_id_and_the_refusals_their_headers(
         if method == "POST" and path.startswith("/v1/"):
             assert operation["responses"]["422"]["content"]["application/json"]["schema"]["allOf"] == [
                 {"$ref": "#/components/schemas/ErrorWithDetail"}]
-    assert DOC["components"]["headers"]["Retry-After"]["schema"]["const"] == errors.RETRY_AFTER_SECONDS
+    assert DOC["components"]["headers"]["Retry-After"]["schema"]["const"] == error_codes.RETRY_AFTER_SECONDS
 
 
 def examples():

@@ -100,6 +100,32 @@ async def test_a_request_admitted_before_the_drain_finishes_and_then_the_drain_i
     assert drain.done
 
 
+async def test_a_new_post_and_one_waiting_for_the_lock_are_refused_alike(draining_app):
+    """The drain's refusal is one answer (shim/error_codes.py's DRAINING), whether the edge refuses a new POST or
+    the port stops one that was waiting for the lock."""
+    service, model = draining_app
+    model.gate = asyncio.Event()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=service.app), base_url="http://shim") as client:
+        scoring = asyncio.create_task(client.post("/decide", json=decide_body(), headers=AUTH))
+        while not model.calls:
+            await asyncio.sleep(0.005)
+        waiting = asyncio.create_task(client.post("/decide", json=decide_body(), headers=AUTH))
+        await asyncio.sleep(0.05)
+        service.drain.begin()
+        await asyncio.sleep(0.25)
+        service.drain.tick()  # the server's tick: once refusing, the queue is stopped
+        new = await client.post("/decide", json=decide_body(), headers=AUTH)
+        stopped = await waiting
+        model.gate.set()
+        assert (await scoring).status_code == 200
+    expected = {"error": {"code": "draining", "message": "this replica is shutting down and had not started this "
+                                                         "request; retry (another replica)"}}
+    for refused in (new, stopped):
+        assert (refused.status_code, refused.json()) == (503, expected)
+        assert (refused.headers["retry-after"], refused.headers["connection"]) == ("1", "close")
+    assert len(model.calls) == 1
+
+
 def test_the_first_sigterm_drains_and_a_second_one_is_uvicorns():
     service = build_service(make_settings(), FakeModel())
     server = DrainingServer(config(service.app, "127.0.0.1", 0), service.drain)

@@ -1,0 +1,88 @@
+"""Every public error code, defined once: its status, its code, its words where they are always the same, whether
+it asks the caller to wait (Retry-After) and whether the connection is closed after it.
+
+The app, the refusals the server writes before the app (shim/server/refusals.py), the edge, the port's outcomes and
+the MCP tools all answer from here, as uvicorn answers its one `service_unavailable` from one place; the errors
+tables of the docs and the balancer's own answers are held to this table by a test (tests/unit/test_error_codes.py).
+"""
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import NamedTuple
+
+# Seconds a refusal that asks the caller to wait names in Retry-After.
+RETRY_AFTER_SECONDS = 1
+
+
+class PublicError(NamedTuple):
+    """status, code: what the caller is answered. words: the message when it is always the same (None: the message
+    names what was refused). retry_after: Retry-After is sent with it; retry_after_on_system_one: only on the System
+    One routes (TypeSafe's overloaded_error asks the caller to wait). closes: the connection is closed after it.
+    by_shim, by_balancer: who answers it (the shipped HAProxy answers some of the shim's codes itself, and one of its
+    own). sent: False for a status that is only logged and counted (no one is left to read it)."""
+
+    status: int
+    code: str
+    words: str | None = None
+    retry_after: bool = False
+    retry_after_on_system_one: bool = False
+    closes: bool = False
+    by_shim: bool = True
+    by_balancer: bool = False
+    sent: bool = True
+
+    @property
+    def phrase(self) -> str:
+        """The status line's reason phrase, the standard library's."""
+        return HTTPStatus(self.status).phrase
+
+    def headers(self, system_one: bool = False) -> dict[str, str]:
+        """The headers its policy adds, on the semif routes or (system_one) the System One ones: Retry-After,
+        Connection: close (in that order)."""
+        headers = {}
+        if self.retry_after or (system_one and self.retry_after_on_system_one):
+            headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        if self.closes:
+            headers["Connection"] = "close"
+        return headers
+
+
+# Refused by the server before there is a request to route (shim/server/).
+TOO_MANY_PIPELINED = PublicError(400, "too_many_pipelined_requests", closes=True)
+HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large", closes=True)
+TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections", retry_after=True, closes=True)
+# Refused by the edge before the app, in the order a POST meets them (framing, auth, drain, encoding, admission,
+# body); the balancer answers busy, unauthorized, request_too_large and request_timeout itself too.
+UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding", closes=True)
+UNAUTHORIZED = PublicError(401, "unauthorized", "missing or wrong bearer token", by_balancer=True)
+# A new POST once the drain refuses, and an admitted one still waiting for the lock (shim/drain.py): the same answer.
+DRAINING = PublicError(503, "draining",
+                       "this replica is shutting down and had not started this request; retry (another replica)",
+                       retry_after=True, closes=True)
+UNSUPPORTED_MEDIA_TYPE = PublicError(415, "unsupported_media_type")
+BUSY = PublicError(429, "busy", retry_after=True, by_balancer=True)
+REQUEST_TIMEOUT = PublicError(408, "request_timeout", by_balancer=True)
+TOO_LARGE = PublicError(413, "request_too_large", by_balancer=True)
+# The app's own: validation (and the model's ValueError), an answer that cannot be read, no such route or method.
+INVALID = PublicError(422, "invalid_request")
+SCORING_FAILED = PublicError(500, "scoring_failed")
+NOT_FOUND = PublicError(404, "not_found")
+METHOD_NOT_ALLOWED = PublicError(405, "method_not_allowed")
+# The model's: it cannot be used, or it ran out of GPU memory for one request (the wire's Kind says which).
+UNAVAILABLE = PublicError(502, "model_unavailable", "model unavailable")
+OUT_OF_MEMORY = PublicError(503, "out_of_memory",
+                            "the model ran out of GPU memory for this request; the service keeps answering",
+                            retry_after_on_system_one=True)
+# A request whose client went away before it reached the model: logged and counted, read by no one.
+CLIENT_GONE = PublicError(499, "client_gone", "the client went away before its request reached the model",
+                          sent=False)
+# The balancer's own: no replica took the request within its queue timeout.
+NO_REPLICA = PublicError(503, "no_replica", "no replica could take the request in time; retry later",
+                         retry_after=True, by_shim=False, by_balancer=True)
+
+REGISTRY = (TOO_MANY_PIPELINED, UNAUTHORIZED, NOT_FOUND, METHOD_NOT_ALLOWED, REQUEST_TIMEOUT, TOO_LARGE,
+            UNSUPPORTED_MEDIA_TYPE, INVALID, BUSY, HEADERS_TOO_LARGE, CLIENT_GONE, SCORING_FAILED,
+            UNSUPPORTED_TRANSFER_ENCODING, UNAVAILABLE, OUT_OF_MEMORY, DRAINING, TOO_MANY_CONNECTIONS, NO_REPLICA)
+BY_CODE = {error.code: error for error in REGISTRY}
+# Starlette's HTTPExceptions the routing raises, by status.
+HTTP_CODES = {error.status: error for error in (NOT_FOUND, METHOD_NOT_ALLOWED)}

@@ -1,0 +1,166 @@
+"""The one error registry (shim/error_codes.py): every code the shim can answer is defined there and nowhere else,
+the wire's kinds answer with the registry's status and code, and the docs' errors tables and the balancer's own
+answers agree with it, both ways."""
+from __future__ import annotations
+
+import ast
+import re
+from http import HTTPStatus
+from pathlib import Path
+
+import pytest
+
+from shim import error_codes, errors
+from shim.error_codes import BY_CODE, HTTP_CODES, REGISTRY, RETRY_AFTER_SECONDS, PublicError
+from wire.protocol import Kind
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIM = ROOT / "shim"
+# The calls that turn a public error into an answer: each takes the registry's entry, never a status or a code.
+ANSWERING = {"envelope", "ApiError", "refuse", "_closing_answer", "ModelFailure"}
+
+
+def calls_in(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            yield node, getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+
+
+def test_the_registry_is_read():
+    assert len(REGISTRY) >= 18 and {"busy", "draining", "client_gone", "too_many_pipelined_requests"} <= set(BY_CODE)
+
+
+def test_each_code_is_defined_once():
+    assert len(BY_CODE) == len(REGISTRY)
+    named = [value for value in vars(error_codes).values() if isinstance(value, PublicError)]
+    assert sorted(named) == sorted(REGISTRY), "a public error defined in error_codes.py but left out of REGISTRY"
+
+
+def test_no_public_error_is_defined_outside_the_registry():
+    found = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in SHIM.rglob("*.py") if path.name != "error_codes.py"
+             for node, name in calls_in(path) if name == "PublicError"]
+    assert found == []
+
+
+def test_every_answer_takes_its_code_from_the_registry():
+    """No envelope, ApiError or refusal is built from a status or a code written in place, and no module writes the
+    envelope's "code" key by hand: what the shim can answer is what the registry holds."""
+    found = []
+    for path in SHIM.rglob("*.py"):
+        where = str(path.relative_to(ROOT))
+        for node, name in calls_in(path):
+            first = node.args[0] if node.args else None
+            if name in ANSWERING and isinstance(first, ast.Constant):
+                found.append(f"{where}:{node.lineno}: {name}({first.value!r}, ...)")
+        if path.name == "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Dict) and any(isinstance(key, ast.Constant) and key.value == "code"
+                                                  for key in node.keys):
+                found.append(f"{where}:{node.lineno}: a hand-written envelope")
+    assert found == []
+
+
+def test_the_errors_the_app_raises_are_the_registrys():
+    assert {failure.error for failure in errors.Failure} <= set(REGISTRY)
+    assert set(HTTP_CODES.values()) <= set(REGISTRY)
+    assert all(HTTP_CODES[status].status == status for status in HTTP_CODES)
+
+
+@pytest.mark.parametrize("kind", Kind, ids=lambda kind: kind.name)
+def test_the_wires_kinds_answer_with_the_registrys_status_and_code(kind):
+    """The wire keeps its own table for the model side; what the shim answers for each kind is the registry's."""
+    assert BY_CODE[kind.code].status == kind.status
+    assert errors.Failure.of(kind).error is BY_CODE[kind.code]
+
+
+def test_every_status_sent_has_its_reason_phrase():
+    assert all(error.phrase == HTTPStatus(error.status).phrase for error in REGISTRY if error.sent)
+    assert [error.code for error in REGISTRY if not error.sent] == ["client_gone"]
+
+
+def test_the_headers_follow_the_policy():
+    assert error_codes.BUSY.headers() == {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    assert error_codes.DRAINING.headers() == {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"}
+    assert error_codes.OUT_OF_MEMORY.headers() == {}
+    assert error_codes.OUT_OF_MEMORY.headers(system_one=True) == {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    assert error_codes.INVALID.headers(system_one=True) == {}
+
+
+def errors_rows(page: Path) -> dict[str, tuple[int, str]]:
+    """A page's errors table: code -> (status, the row's text)."""
+    text = page.read_text(encoding="utf-8")
+    if "## Errors" not in text:
+        return {}
+    section = text[text.index("## Errors"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    return {code: (int(status), row) for status, code, row in
+            re.findall(r"^\| (\d{3}) \| `([a-z_]+)` \|(.*)$", section, re.M)}
+
+
+def test_the_semif_errors_table_is_the_registry_both_ways():
+    rows = errors_rows(ROOT / "docs" / "semif.md")
+    answered = {error.code: error.status for error in REGISTRY if error.by_shim and error.sent}
+    assert {code: status for code, (status, _) in rows.items()} == answered
+
+
+def test_the_semif_errors_table_says_which_ask_to_wait():
+    rows = errors_rows(ROOT / "docs" / "semif.md")
+    assert sorted(code for code, (_, row) in rows.items() if f"Retry-After: {RETRY_AFTER_SECONDS}" in row) == \
+        sorted(error.code for error in REGISTRY if error.retry_after and error.by_shim)
+
+
+def test_the_system_one_errors_table_names_only_registered_codes():
+    """docs/systemone.md's errors table, when it has one, names no code the registry does not hold."""
+    rows = errors_rows(ROOT / "docs" / "systemone.md")
+    assert {code: status for code, (status, _) in rows.items() if BY_CODE.get(code, PublicError(0, "")).status
+            != status} == {}
+
+
+BALANCER_ANSWER = re.compile(
+    r'(?:http-error|http-request return) status (\d{3}) (.*?)string "\{\\"error\\":\{\\"code\\":\\"([a-z_]+)\\",'
+    r'\\"message\\":\\"([^\\]*)\\"\}\}"')
+
+
+def balancer_answers() -> list[tuple[int, str, str, str]]:
+    text = (ROOT / "docker" / "haproxy" / "haproxy.cfg.template").read_text(encoding="utf-8")
+    return [(int(status), code, options, message) for status, options, code, message in BALANCER_ANSWER.findall(text)]
+
+
+def test_the_balancers_codes_are_the_registrys_both_ways():
+    answers = balancer_answers()
+    assert len(answers) >= 5
+    assert {(status, code) for status, code, _, _ in answers} == \
+        {(error.status, error.code) for error in REGISTRY if error.by_balancer}
+
+
+def test_the_balancers_answers_follow_the_registrys_policy_and_words():
+    for status, code, options, message in balancer_answers():
+        error = BY_CODE[code]
+        assert (f"hdr Retry-After {RETRY_AFTER_SECONDS}" in options) == error.retry_after, code
+        assert error.words is None or message == error.words, code
+
+
+@pytest.mark.anyio
+async def test_an_http_exception_of_a_status_the_registry_lacks_is_a_failure_of_the_shims_own():
+    """The routing raises only 404 and 405; anything else is answered as an unexpected failure, in a registered
+    code, not in a code made up on the spot."""
+    import json
+
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+
+    from shim.exception_handlers import http_error
+
+    request = Request({"type": "http", "method": "GET", "path": "/x", "headers": [], "query_string": b""})
+    try:
+        raise HTTPException(418)
+    except HTTPException as exc:
+        response = await http_error(request, exc)
+    assert (response.status_code, json.loads(response.body)["error"]["code"]) == (500, "scoring_failed")
+    try:
+        raise HTTPException(405, headers={"Allow": "GET"})
+    except HTTPException as exc:
+        response = await http_error(request, exc)
+    assert (response.status_code, json.loads(response.body)["error"]["code"]) == (405, "method_not_allowed")
+    assert response.headers["allow"] == "GET"
