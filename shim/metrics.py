@@ -1,17 +1,6 @@
 """The shim's Prometheus series, on a registry of their own, served on a port of their own (never the public one).
-
-intern_decision_shim_requests_total{route,status}     HTTP requests answered, by route template and status
-intern_decision_shim_request_seconds{route}           histogram of the time to answer, 5 ms to 30 s
-intern_decision_shim_requests_in_flight               HTTP requests being handled now, any route
-intern_decision_shim_requests_queued                  admitted POSTs waiting for the inference lock (INV-2)
-intern_decision_shim_busy_total                       requests refused with 429 busy
-intern_decision_shim_client_gone_total                admitted requests not scored: their client went away first
-intern_decision_shim_triton_errors_total{kind}        failed inference requests to Triton, by kind (TRITON_ERROR_KINDS)
-intern_decision_shim_calls_per_request                histogram of the calls a planned request sends the model
-intern_decision_shim_model_up                         1 when the last health check found the model usable, else 0
-
-route is the path of one of the API's routes (named by the app: health, the semif and the System One routes) or
-"other", never the raw path; no label carries a token, an id or body text.
+Each series and its labels: docs/operations.md, "The shim's series". The route label is one of the API's route
+templates (named by the app) or "other", never the raw path; no label carries a token, an id or body text.
 """
 from __future__ import annotations
 

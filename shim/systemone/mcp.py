@@ -1,28 +1,12 @@
-"""System One's operations as Model Context Protocol tools at /mcp, for agent hosts (the official `mcp` SDK:
-Streamable HTTP, stateless, JSON responses, so that any replica behind the balancer can answer any call).
+"""System One's operations as Model Context Protocol tools at /mcp (the official `mcp` SDK: Streamable HTTP,
+stateless, JSON responses, so that any replica can answer any call). The tools and their schemas: docs/systemone.md.
 
-| tool | the route it is | input schema |
-|---|---|---|
-| `system_one` | POST /v1/systemone | the System One request's |
-| `system_one_batch` | POST /v1/systemone/batch | the batch request's |
-| `list_models` | GET /v1/models | no arguments |
-
-A tool runs the route's own operation on the same SystemOneService; its result is the JSON the route answers (as
-structured content, and as text for hosts that read only text), and its failure is a tool error carrying the same
-`{error: {code, message}}` (a 422's `detail` too). /mcp sits behind the same edge as every route, so every MCP
-method needs the bearer token and passes the same admission, body limit, request id, access line and metrics; the
-model calls run under the same process-wide lock.
-
-The SDK runs each call's handler in a task of its own, outside the HTTP request's context: the handler takes the
-request id and the access line's usage from the request's scope (set there by the edge) before any work.
-
-The SDK's own JSON reader takes NaN, Infinity and repeated keys, which the routes refuse, and it parses on the event
-loop: so the endpoint reads the body once, with the routes' strict reader (shim/json_body.py, off the event loop
-when it is large). A tools/call's arguments (the only part of a message that is large) stay in the request's scope,
-parsed, and the SDK is handed the message without them, which it parses on the loop in no time; a message still over
-SDK_MESSAGE_BYTES without its arguments is 413. A body that is not strict JSON is noted in the scope and handed to
-the SDK as it came when it is small (a tool called by it answers the routes' 422 as its tool error), and refused
-422 in the envelope when it is not, since the SDK would parse it on the loop.
+Each tool runs its route's operation on the same SystemOneService, behind the same edge. Why the body is read here
+and not by the SDK: the SDK's reader takes NaN, Infinity and repeated keys and parses on the event loop, so the
+endpoint parses each body once with the routes' strict reader (shim/json_body.py) and hands the SDK only the small
+message around a tool's arguments (413 past SDK_MESSAGE_BYTES); a large body that is not strict JSON is 422 before
+the SDK reads it. The SDK runs each handler outside the request's context, so the handler takes the request id and
+the usage from the request's scope first.
 """
 from __future__ import annotations
 
