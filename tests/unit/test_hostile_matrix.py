@@ -33,7 +33,7 @@ from starlette.routing import Route
 from devstack.haproxy import HAProxyServer
 from devstack.process import free_port
 from shim.app import create_app
-from tests.raw_http import pipelined, read_until_closed_or
+from tests.raw_http import pipelined, read_until_closed_or, status_lines
 from tests.unit.fake_model import FakeModel
 from tests.unit.shim_helpers import AUTH, TOKEN, decide_body, make_settings, options, shared_body
 
@@ -48,13 +48,17 @@ PER_SOURCE = 8
 SHIM_MAX_CONNECTIONS = 32
 BALANCER_MAXCONN = 40  # the balancer's global connections (production's are many more, but bounded all the same)
 WINDOW_SECONDS = 0.5  # how long the victim is watched while an attack runs
-ATTACK_CLIENTS = 4  # clients at once for the attacks that send bodies again and again
-VICTIM_TIMEOUT_SECONDS = 2.0  # how long the victim is watched while an attack runs
+ATTACK_CLIENTS = PER_SOURCE  # the attacks that send bodies again and again: as many at once as one address may
+VICTIM_POSTS = 4  # one after another, in each of the victim's two rounds
+VICTIM_TIMEOUT_SECONDS = 1.0  # the fake model answers at once: a victim kept waiting longer is not served
 SHIM_ENV = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
             "INTERN_DECISION_MAX_BODY_BYTES": str(MAX_BODY_BYTES), "INTERN_DECISION_MAX_QUEUE": str(MAX_QUEUE),
             "INTERN_DECISION_MAX_DECODE_RATIO": str(MAX_DECODE_RATIO), "INTERN_DECISION_PROBE_SECONDS": "3600",
             "INTERN_DECISION_DRAIN_SECONDS": "0.2", "INTERN_DECISION_HEADER_TIMEOUT_SECONDS": "2",
-            "INTERN_DECISION_BODY_TIMEOUT_SECONDS": "1", "INTERN_DECISION_PLAYGROUND": "0"}
+            "INTERN_DECISION_BODY_TIMEOUT_SECONDS": "1", "INTERN_DECISION_PLAYGROUND": "0",
+            # Each model call takes a few milliseconds, as a real one takes longer: the lock is held, and an
+            # attacker's requests keep the queue full while they last.
+            "FAKE_CALL_SECONDS": "0.005"}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
 
 
@@ -83,19 +87,24 @@ def mcp_call(tool: str, arguments: dict) -> dict:
     return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
 
 
+def many_items(state) -> dict:
+    """A batch whose first item carries the state and every item the most questions of one call."""
+    return {"requests": [system_one_body(state, questions=64), *[system_one_body("s", questions=16)] * 7]}
+
+
 # path -> (the small request around a state, the request around a state that makes the most model calls)
 ENTRY_BODIES: dict[str, tuple[Callable[[object], dict], Callable[[object], dict]]] = {
     "/decide": (lambda state: decide_body(state=state),
                 lambda state: decide_body(state=state, options=options("a", "b", "c", "d"), orderings="all")),
     "/decide/shared": (lambda state: {**shared_body(2), "state": state},
-                       lambda state: {**shared_body(8, options=options("a", "b", "c", "d"), orderings="all"),
+                       lambda state: {**shared_body(2, options=options("a", "b", "c", "d"), orderings="all"),
                                       "state": state}),
     "/v1/systemone": (lambda state: system_one_body(state),
                       lambda state: system_one_body(state, questions=64)),
     "/v1/systemone/batch": (lambda state: {"requests": [system_one_body(state)]},
-                            lambda state: {"requests": [system_one_body(state, questions=16)] * 8}),
+                            lambda state: many_items(state)),
     "/mcp": (lambda state: mcp_call("system_one", system_one_body(state)),
-             lambda state: mcp_call("system_one_batch", {"requests": [system_one_body(state, questions=16)] * 8})),
+             lambda state: mcp_call("system_one_batch", many_items(state))),
 }
 STATE_MARK = '"@state@"'
 
@@ -406,7 +415,11 @@ def pipelined_burst(front: Front, entry: str, source: str):
             data = request("POST", entry, small_valid(entry)) * 32
         with contextlib.closing(front.connect(source)) as sock:
             sock.sendall(data)
-            read_until_closed_or(sock, 1 << 22, seconds=1)
+            answered = b""
+            while len(status_lines(answered)) < 32 and not stop.is_set():  # every answer, or the refusal's close
+                if not (more := sock.recv(1 << 20)):
+                    return
+                answered += more
 
     return looping(ATTACK_CLIENTS, burst)
 
@@ -436,8 +449,25 @@ ATTACKS = {attack.__name__: attack for attack in (
 ENTRIES = [*POSTS, GET_ENTRY]
 NEEDS_THE_BALANCER_CHANGE = pytest.mark.xfail(
     strict=True, reason="needs the balancer's connection-phase reject / per-source POST share (issue 32)")
-# (front, attack) cells the balancer template on this branch does not bound yet.
-BALANCER_TARGETS: set[tuple[str, str]] = set()
+# The cells the balancer template on this branch does not bound yet: every address's connections share the global
+# maxconn until HAProxy reads a request (silent sockets, trickled heads), and one address may hold the whole queue
+# with its POSTs (every attack that sends POSTs; the GETs never queue).
+CONNECTION_PHASE = {"silent_sockets", "trickled_head"}
+POST_SHARE = {"nested_bodies_at_the_size_limit", "nested_bodies_at_the_ratio_limit", "many_small_bodies",
+              "pipelined_burst", "one_source_holding_the_queue", "large_state_with_many_calls"}
+# The shim published alone counts a connection against its address's share only once its headers are complete:
+# one address's trickled heads hold every connection (MAX_CONNECTIONS) until HEADER_TIMEOUT_SECONDS.
+NEEDS_THE_SHIM_HEAD_SHARE = pytest.mark.xfail(
+    strict=True, reason="the shim counts a connection against its address's share only once its headers are "
+                        "complete: one address's trickled heads hold every connection (issue 32)")
+
+
+def expected_failure(front: str, attack: str, entry: str):
+    if front == "balancer" and (attack in CONNECTION_PHASE or (attack in POST_SHARE and entry != GET_ENTRY)):
+        return NEEDS_THE_BALANCER_CHANGE
+    if front == "shim" and attack == "trickled_head":
+        return NEEDS_THE_SHIM_HEAD_SHARE
+    return None
 
 
 
@@ -511,21 +541,20 @@ def refused_in_turn(front: Front, entry: str, answer: httpx.Response) -> bool:
 def victim_is_served(front: Front, entry: str, source: str) -> list[str]:
     """What the victim is not served (nor refused in its turn): each GET route, or the POST entry with a small
     valid body."""
-    unserved = []
     with front.client(source) as client:
         if entry == GET_ENTRY:
-            answers = [answered(lambda: client.get(path, headers=AUTH)) for path in GETS]
+            calls = [lambda path=path: client.get(path, headers=AUTH) for path in GETS]
         else:
             headers = {**AUTH, "Content-Type": "application/json", **(MCP_HEADERS if entry == "/mcp" else {})}
-            answers = [answered(lambda: client.post(entry, content=small_valid(entry), headers=headers))]
-        for answer in answers:
+            calls = [lambda: client.post(entry, content=small_valid(entry), headers=headers)] * VICTIM_POSTS
+        for call in calls:  # up to the first not served
+            answer = answered(call)
             if isinstance(answer, str):
-                unserved.append(answer)
-                continue
+                return [answer]
             served = answer.status_code == 200 and not (entry == "/mcp" and answer.json()["result"].get("isError"))
             if not served and not refused_in_turn(front, entry, answer):
-                unserved.append(f"{answer.request.url.path}: {answer.status_code} {answer.text[:300]}")
-    return unserved
+                return [f"{answer.request.url.path}: {answer.status_code} {answer.text[:300]}"]
+    return []
 
 
 def test_the_matrix_has_every_post_route_of_the_app_as_an_entry():
@@ -536,8 +565,8 @@ def test_the_matrix_has_every_post_route_of_the_app_as_an_entry():
 @pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_a_victim_at_another_address_is_served_while_an_attack_runs(request, front, attack, entry):
-    if (front.name, attack) in BALANCER_TARGETS:
-        request.applymarker(NEEDS_THE_BALANCER_CHANGE)
+    if (mark := expected_failure(front.name, attack, entry)) is not None:
+        request.applymarker(mark)
     if entry not in ENTRY_BODIES and entry != GET_ENTRY:
         pytest.fail(f"{entry} has no attack bodies in this matrix: bound it and add them to ENTRY_BODIES")
     attacker, victim = addresses()
@@ -545,7 +574,7 @@ def test_a_victim_at_another_address_is_served_while_an_attack_runs(request, fro
         began = time.monotonic()
         unserved = victim_is_served(front, entry, victim)
         time.sleep(max(0.0, WINDOW_SECONDS - (time.monotonic() - began)))
-        unserved += victim_is_served(front, entry, victim)
+        unserved = unserved or victim_is_served(front, entry, victim)
     assert not unserved, unserved
     assert not health.failures, health.failures
     assert health.p99() < HEALTH_P99_SECONDS, (sorted(health.seconds)[-5:], [
