@@ -7,7 +7,11 @@ Fronts: the real shim server over the fake model published alone (tests/unit/fak
 HAProxy rendered from the production template (devstack/haproxy.py). The bounds are set small (a few connections,
 a small queue, 64 KiB bodies) so that every attack goes past them in a fraction of a second.
 
-Every address of 127.0.0.0/8 is loopback on Linux: each cell's attacker and victim call from addresses of their own."""
+Every address of 127.0.0.0/8 is loopback on Linux: each cell's attacker and victim call from addresses of their own.
+
+The cells that the balancer template does not bound yet (its connection-phase reject per source, its share of POSTs
+per source) and the shim's trickled heads (counted against their address's share only once complete) are marked
+xfail(strict=True): each asserts the target, and passes (so fails the mark) once the bound is there."""
 from __future__ import annotations
 
 import contextlib
@@ -33,9 +37,10 @@ from starlette.routing import Route
 from devstack.haproxy import HAProxyServer
 from devstack.process import free_port
 from shim.app import create_app
+from shim.settings import ShimSettings
 from tests.raw_http import pipelined, read_until_closed_or, status_lines
 from tests.unit.fake_model import FakeModel
-from tests.unit.shim_helpers import AUTH, TOKEN, decide_body, make_settings, options, shared_body
+from tests.unit.shim_helpers import AUTH, TOKEN, decide_body, options, shared_body
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTH_P99_SECONDS = 0.5
@@ -47,7 +52,7 @@ MAX_QUEUE = 4
 PER_SOURCE = 8
 SHIM_MAX_CONNECTIONS = 32
 BALANCER_MAXCONN = 40  # the balancer's global connections (production's are many more, but bounded all the same)
-WINDOW_SECONDS = 0.5  # how long the victim is watched while an attack runs
+WINDOW_SECONDS = 0.35  # how long the victim is watched while an attack runs
 ATTACK_CLIENTS = PER_SOURCE  # the attacks that send bodies again and again: as many at once as one address may
 VICTIM_POSTS = 4  # one after another, in each of the victim's two rounds
 VICTIM_TIMEOUT_SECONDS = 1.0  # the fake model answers at once: a victim kept waiting longer is not served
@@ -64,9 +69,7 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Ve
 
 def routes_of_the_app() -> tuple[list[str], list[str]]:
     """The app's POST and GET routes' paths, as the shim under attack is configured."""
-    app = create_app(make_settings(**{key.removeprefix("INTERN_DECISION_").lower(): value
-                                      for key, value in SHIM_ENV.items() if "TOKEN" not in key and "KEY" not in key}),
-                     FakeModel())
+    app = create_app(ShimSettings.from_env(SHIM_ENV), FakeModel())
     routes = [route for route in app.routes if isinstance(route, Route)]
     return (sorted(route.path for route in routes if "POST" in route.methods),
             sorted(route.path for route in routes if "GET" in route.methods))
@@ -298,7 +301,7 @@ def looping(workers: int, step: Callable[[int, threading.Event], None]) -> Itera
     threads = [threading.Thread(target=loop, args=(worker,), daemon=True) for worker in range(workers)]
     for thread in threads:
         thread.start()
-    time.sleep(0.15)  # the attack lands before the victim calls
+    time.sleep(0.1)  # the attack lands before the victim calls
     try:
         yield
     finally:
@@ -470,8 +473,6 @@ def expected_failure(front: str, attack: str, entry: str):
     return None
 
 
-
-
 # -- the victim
 
 _addresses = itertools.count(1)
@@ -480,7 +481,8 @@ _addresses = itertools.count(1)
 def addresses() -> tuple[str, str]:
     """An attacker's and a victim's address, both new."""
     cell = next(_addresses)
-    return f"127.10.{cell}.1", f"127.10.{cell}.2"
+    network = f"127.{10 + cell // 250}.{cell % 250}"
+    return f"{network}.1", f"{network}.2"
 
 
 class HealthWatch:
