@@ -1,0 +1,583 @@
+"""The hostile matrix: every attack against every entry, on two fronts, each cell asking what a victim at another
+address gets while the attack runs: it is served (200) and /health answers it at p99 under HEALTH_P99_SECONDS.
+
+Entries are read from the app (its POST routes, each its own entry, and its GET routes together), never restated:
+a POST route added later has no attack bodies here, so its cells fail until it is bounded and given them.
+Fronts: the real shim server over the fake model published alone (tests/unit/fake_shim.py), and the same behind a
+HAProxy rendered from the production template (devstack/haproxy.py). The bounds are set small (a few connections,
+a small queue, 64 KiB bodies) so that every attack goes past them in a fraction of a second.
+
+Every address of 127.0.0.0/8 is loopback on Linux: each cell's attacker and victim call from addresses of their own.
+
+The cells that the balancer template does not bound yet (its connection-phase reject per source, its share of POSTs
+per source) and the shim's trickled heads (counted against their address's share only once complete) are marked
+xfail(strict=True): each asserts the target, and passes (so fails the mark) once the bound is there."""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import itertools
+import json
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import httpx
+import pytest
+from starlette.routing import Route
+
+from devstack.haproxy import HAProxyServer
+from devstack.process import free_port
+from shim.app import create_app
+from shim.settings import ShimSettings
+from tests.raw_http import pipelined, read_until_closed_or, status_lines
+from tests.unit.fake_model import FakeModel
+from tests.unit.shim_helpers import AUTH, TOKEN, decide_body, options, shared_body
+
+REPO = Path(__file__).resolve().parents[2]
+HEALTH_P99_SECONDS = 0.5
+MAX_BODY_BYTES = 64 * 1024
+MAX_DECODE_RATIO = 200
+# The production defaults' proportions, an eighth of them: MAX_QUEUE 32, one address's share of connections 64 at
+# the shim (MAX_CONNECTIONS_PER_PEER) and at the balancer, MAX_CONNECTIONS 256, the balancer's 64 per shim.
+MAX_QUEUE = 4
+PER_SOURCE = 8
+SHIM_MAX_CONNECTIONS = 32
+BALANCER_MAXCONN = 40  # the balancer's global connections (production's are many more, but bounded all the same)
+WINDOW_SECONDS = 0.35  # how long the victim is watched while an attack runs
+ATTACK_CLIENTS = PER_SOURCE  # the attacks that send bodies again and again: as many at once as one address may
+VICTIM_POSTS = 4  # one after another, in each of the victim's two rounds
+VICTIM_TIMEOUT_SECONDS = 1.0  # the fake model answers at once: a victim kept waiting longer is not served
+SHIM_ENV = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
+            "INTERN_DECISION_MAX_BODY_BYTES": str(MAX_BODY_BYTES), "INTERN_DECISION_MAX_QUEUE": str(MAX_QUEUE),
+            "INTERN_DECISION_MAX_DECODE_RATIO": str(MAX_DECODE_RATIO), "INTERN_DECISION_PROBE_SECONDS": "3600",
+            "INTERN_DECISION_DRAIN_SECONDS": "0.2", "INTERN_DECISION_HEADER_TIMEOUT_SECONDS": "2",
+            "INTERN_DECISION_BODY_TIMEOUT_SECONDS": "1", "INTERN_DECISION_PLAYGROUND": "0",
+            # Each model call takes a few milliseconds, as a real one takes longer: the lock is held, and an
+            # attacker's requests keep the queue full while they last.
+            "FAKE_CALL_SECONDS": "0.005"}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+
+
+def routes_of_the_app() -> tuple[list[str], list[str]]:
+    """The app's POST and GET routes' paths, as the shim under attack is configured."""
+    app = create_app(ShimSettings.from_env(SHIM_ENV), FakeModel())
+    routes = [route for route in app.routes if isinstance(route, Route)]
+    return (sorted(route.path for route in routes if "POST" in route.methods),
+            sorted(route.path for route in routes if "GET" in route.methods))
+
+
+POSTS, GETS = routes_of_the_app()
+GET_ENTRY = "GET"  # the GETs together: the victim asks each
+
+
+# -- bodies: each POST entry's request around a state, small or hostile
+
+def system_one_body(state, questions: int = 3) -> dict:
+    return {"model": "Intern-Decision-4B", "state": state,
+            "questions": {f"q{n}": {"type": "noul", "instructions": f"question {n}?"} for n in range(questions)}}
+
+
+def mcp_call(tool: str, arguments: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+
+
+def many_items(state) -> dict:
+    """A batch whose first item carries the state and every item the most questions of one call."""
+    return {"requests": [system_one_body(state, questions=64), *[system_one_body("s", questions=16)] * 7]}
+
+
+# path -> (the small request around a state, the request around a state that makes the most model calls)
+ENTRY_BODIES: dict[str, tuple[Callable[[object], dict], Callable[[object], dict]]] = {
+    "/decide": (lambda state: decide_body(state=state),
+                lambda state: decide_body(state=state, options=options("a", "b", "c", "d"), orderings="all")),
+    "/decide/shared": (lambda state: {**shared_body(2), "state": state},
+                       lambda state: {**shared_body(2, options=options("a", "b", "c", "d"), orderings="all"),
+                                      "state": state}),
+    "/v1/systemone": (lambda state: system_one_body(state),
+                      lambda state: system_one_body(state, questions=64)),
+    "/v1/systemone/batch": (lambda state: {"requests": [system_one_body(state)]},
+                            lambda state: many_items(state)),
+    "/mcp": (lambda state: mcp_call("system_one", system_one_body(state)),
+             lambda state: mcp_call("system_one_batch", many_items(state))),
+}
+STATE_MARK = '"@state@"'
+
+
+def around(body: dict, state_text: str) -> bytes:
+    return json.dumps(body, separators=(",", ":")).replace(STATE_MARK, state_text).encode()
+
+
+def nested_state(size: int, depth: int = 56) -> str:
+    """Arrays `depth` deep, repeated to `size` bytes: the costliest state to parse that the depth bound lets in."""
+    unit = "[" * (depth - 1) + "]" * (depth - 1)
+    return "[" + ",".join([unit] * max(1, size // (len(unit) + 1))) + "]"
+
+
+def nested_at_size(path: str) -> bytes:
+    small = around(ENTRY_BODIES[path][0](STATE_MARK.strip('"')), '""')
+    return around(ENTRY_BODIES[path][0](STATE_MARK.strip('"')), nested_state(MAX_BODY_BYTES - len(small) - 64))
+
+
+def nested_at_ratio(path: str) -> bytes:
+    """gzip whose text is nested arrays up to MAX_BODY_BYTES, sent at the decode ratio's limit (padded with noise,
+    since nested arrays alone compress past it)."""
+    rng = random.Random(path)
+    for noise in itertools.count(0, 32):
+        pad = "%0*x" % (noise, rng.getrandbits(4 * noise)) if noise else ""
+        state = nested_state(MAX_BODY_BYTES - 2048 - noise)[:-1] + f',"{pad}"]'
+        text = around(ENTRY_BODIES[path][0](STATE_MARK.strip('"')), state)
+        packed = gzip.compress(text, mtime=0)
+        if len(packed) * MAX_DECODE_RATIO >= len(text):
+            assert len(text) <= MAX_BODY_BYTES
+            return packed
+    raise AssertionError("unreachable")
+
+
+def small_costly(path: str) -> bytes:
+    """About 8 KiB of the costliest JSON per byte (empty objects), the most the shim parses on its loop."""
+    return around(ENTRY_BODIES[path][0](STATE_MARK.strip('"')), "[" + ",".join(["{}"] * 2600) + "]")
+
+
+def small_valid(path: str) -> bytes:
+    return around(ENTRY_BODIES[path][0](STATE_MARK.strip('"')), '{"order":"shipped"}')
+
+
+def large_state_many_calls(path: str) -> bytes:
+    builder = ENTRY_BODIES[path][1]
+    small = around(builder(STATE_MARK.strip('"')), '""')
+    return around(builder(STATE_MARK.strip('"')), nested_state(MAX_BODY_BYTES - len(small) - 64, depth=40))
+
+
+def request(method: str, path: str, body: bytes = b"", *, length: int | None = None, encoding: str = "") -> bytes:
+    """A request's head (and body) as a client writes it, with the token: every attacker here holds one."""
+    headers = [f"{method} {path} HTTP/1.1", "Host: hostile", f"Authorization: Bearer {TOKEN}"]
+    if method == "POST" or body or length:
+        headers += ["Content-Type: application/json", f"Content-Length: {len(body) if length is None else length}"]
+    if encoding:
+        headers.append(f"Content-Encoding: {encoding}")
+    if path == "/mcp":
+        headers += [f"{name}: {value}" for name, value in MCP_HEADERS.items()]
+    return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+
+
+# -- the fronts
+
+@dataclass
+class Front:
+    name: str
+    port: int
+    capacity: int  # the connections the front holds at once, all sources together
+    log_text: Callable[[], str] = lambda: ""  # the balancer's log, where a slow answer's timings are read
+
+    def connect(self, source: str, timeout: float = 5.0) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.bind((source, 0))
+        sock.connect(("127.0.0.1", self.port))
+        return sock
+
+    def client(self, source: str) -> httpx.Client:
+        """A victim's client: an answer slower than VICTIM_TIMEOUT_SECONDS is no service."""
+        return httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=VICTIM_TIMEOUT_SECONDS,
+                            transport=httpx.HTTPTransport(local_address=source))
+
+
+# The fake shim whose model forgets the requests it was sent: the fake keeps every one for the unit tests to read,
+# and thousands of parsed nested states kept alive make the garbage collector stall the loop, which no real model does.
+SHIM = """
+import collections, sys
+from tests.unit import fake_shim
+
+class ForgetfulModel(fake_shim.SlowModel):
+    def __init__(self, seconds):
+        super().__init__(seconds)
+        self.calls, self.request_ids = collections.deque(maxlen=1), collections.deque(maxlen=1)
+
+fake_shim.SlowModel = ForgetfulModel
+sys.argv[1:] = ["--port", sys.argv[1]]
+fake_shim.main()
+"""
+
+
+@contextlib.contextmanager
+def shim_process(folder: Path, port: int, **env: str) -> Iterator[None]:
+    with (folder / "shim.log").open("wb") as log:
+        shim = subprocess.Popen([sys.executable, "-c", SHIM, str(port)], cwd=REPO, stdout=log,
+                                stderr=subprocess.STDOUT, env={**os.environ, **SHIM_ENV, **env})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            assert shim.poll() is None and time.monotonic() < deadline, (folder / "shim.log").read_text()
+            time.sleep(0.1)
+        yield
+    finally:
+        shim.terminate()
+        shim.wait(30)
+
+
+@pytest.fixture(scope="module", params=["shim", "balancer"])
+def front(request, tmp_path_factory) -> Iterator[Front]:
+    folder = tmp_path_factory.mktemp(request.param)
+    port = free_port()
+    if request.param == "shim":
+        with shim_process(folder, port, INTERN_DECISION_MAX_CONNECTIONS=str(SHIM_MAX_CONNECTIONS),
+                          INTERN_DECISION_MAX_CONNECTIONS_PER_PEER=str(PER_SOURCE)):
+            yield Front("shim", port, SHIM_MAX_CONNECTIONS)
+        return
+    # Behind the balancer every client shares its address: the shim's share is the balancer's (exempt), its
+    # connections above the balancer's to it.
+    with shim_process(folder, port, INTERN_DECISION_MAX_CONNECTIONS=str(SHIM_MAX_CONNECTIONS),
+                      INTERN_DECISION_BALANCER_ADDRESSES="127.0.0.1/32"):
+        haproxy = HAProxyServer([("shim", f"127.0.0.1:{port}")], folder / "haproxy", check_inter="200ms",
+                                maxconn=BALANCER_MAXCONN, per_source_connections=PER_SOURCE,
+                                per_source_requests=100_000, rate_period="10s", server_maxconn=PER_SOURCE,
+                                max_body_bytes=MAX_BODY_BYTES)
+        try:
+            haproxy.start().wait_ready(timeout=30)
+            yield Front("balancer", haproxy.port, BALANCER_MAXCONN, haproxy.log_text)
+        finally:
+            haproxy.stop()
+
+
+# -- the attacks: each a context manager that holds its attack on the front, from `source`, while the victim is
+# watched, and undoes it after
+
+def target(entry: str, index: int) -> tuple[str, str]:
+    """The method and path an attacker's request `index` aims at the entry (the GETs in turn)."""
+    return ("GET", GETS[index % len(GETS)]) if entry == GET_ENTRY else ("POST", entry)
+
+
+def body_for(entry: str, make: Callable[[str], bytes]) -> bytes:
+    """An attack's body for a POST entry; for the GETs the same body sent on the GET (aimed at /decide's shape)."""
+    return make("/decide" if entry == GET_ENTRY else entry)
+
+
+class Sockets:
+    def __init__(self):
+        self.held: list[socket.socket] = []
+
+    def open(self, front: Front, source: str) -> socket.socket | None:
+        try:
+            sock = front.connect(source, timeout=1)
+        except OSError:  # the front's backlog full: that connection is not made
+            return None
+        self.held.append(sock)
+        return sock
+
+    def close(self) -> None:
+        for sock in self.held:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def send_quietly(sock: socket.socket | None, data: bytes) -> None:
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.sendall(data)
+
+
+@contextlib.contextmanager
+def looping(workers: int, step: Callable[[int, threading.Event], None]) -> Iterator[None]:
+    """`workers` threads repeating `step` until the attack ends."""
+    stop = threading.Event()
+
+    def loop(worker: int) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                step(worker, stop)
+
+    threads = [threading.Thread(target=loop, args=(worker,), daemon=True) for worker in range(workers)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.1)  # the attack lands before the victim calls
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+@contextlib.contextmanager
+def silent_sockets(front: Front, entry: str, source: str) -> Iterator[None]:
+    held = Sockets()
+    for _ in range(front.capacity + 8):
+        held.open(front, source)
+    try:
+        yield
+    finally:
+        held.close()
+
+
+@contextlib.contextmanager
+def idle_keep_alive(front: Front, entry: str, source: str) -> Iterator[None]:
+    held = Sockets()
+    for index in range(front.capacity + 8):
+        method, path = target(entry, index)
+        sock = held.open(front, source)
+        send_quietly(sock, request(method, path, small_valid(path) if method == "POST" else b""))
+        if sock is not None:
+            read_until_closed_or(sock, 1, seconds=2)  # its answer's first bytes; the rest is left unread
+    try:
+        yield
+    finally:
+        held.close()
+
+
+@contextlib.contextmanager
+def trickled(front: Front, source: str, starts: list[bytes], rest: Callable[[int], bytes]) -> Iterator[None]:
+    """One connection per start, each sent its start, then a byte of `rest` every 0.1 s."""
+    held = Sockets()
+    socks = [held.open(front, source) for _ in starts]
+    for sock, start in zip(socks, starts):
+        send_quietly(sock, start)
+
+    def trickle(worker: int, stop: threading.Event) -> None:
+        for at in itertools.count():
+            if stop.wait(0.1):
+                return
+            for index, sock in enumerate(socks):
+                send_quietly(sock, rest(index)[at % len(rest(index)):][:1])
+
+    try:
+        with looping(1, trickle):
+            yield
+    finally:
+        held.close()
+
+
+def trickled_head(front: Front, entry: str, source: str):
+    starts = [request(*target(entry, index)).split(b"\r\n\r\n")[0] + b"\r\nX-Trickle: "
+              for index in range(front.capacity + 8)]
+    return trickled(front, source, starts, lambda index: b"abcdefgh")
+
+
+def trickled_body(front: Front, entry: str, source: str):
+    bodies = [body_for(entry, small_valid) for _ in range(front.capacity + 8)]
+    starts = [request(target(entry, index)[0], target(entry, index)[1], length=len(body))
+              for index, body in enumerate(bodies)]
+    return trickled(front, source, starts, lambda index: bodies[index])
+
+
+def sending(front: Front, entry: str, source: str, make: Callable[[str], bytes], encoding: str = "",
+            workers: int = ATTACK_CLIENTS):
+    """`workers` clients sending `make`'s body to the entry again and again, each on a new connection."""
+    body = body_for(entry, make)
+
+    def send(worker: int, stop: threading.Event) -> None:
+        with contextlib.closing(front.connect(source)) as sock:
+            sock.sendall(request(*target(entry, worker), body, encoding=encoding))
+            read_until_closed_or(sock, 1, seconds=5)
+
+    return looping(workers, send)
+
+
+def nested_bodies_at_the_size_limit(front, entry, source):
+    return sending(front, entry, source, nested_at_size)
+
+
+def nested_bodies_at_the_ratio_limit(front, entry, source):
+    return sending(front, entry, source, nested_at_ratio, encoding="gzip")
+
+
+def large_state_with_many_calls(front, entry, source):
+    return sending(front, entry, source, large_state_many_calls)
+
+
+def many_small_bodies(front: Front, entry: str, source: str):
+    body = body_for(entry, small_costly)
+
+    def send(worker: int, stop: threading.Event) -> None:  # one kept-alive connection, one body after another
+        with contextlib.closing(front.connect(source)) as sock:
+            while not stop.is_set():
+                sock.sendall(request(*target(entry, worker), body))
+                if not read_until_closed_or(sock, 1, seconds=5):
+                    return
+                read_until_closed_or(sock, 1 << 20, seconds=0.01)
+
+    return looping(ATTACK_CLIENTS, send)
+
+
+def pipelined_burst(front: Front, entry: str, source: str):
+    def burst(worker: int, stop: threading.Event) -> None:
+        if entry == GET_ENTRY:
+            data = pipelined(32)
+        else:
+            data = request("POST", entry, small_valid(entry)) * 32
+        with contextlib.closing(front.connect(source)) as sock:
+            sock.sendall(data)
+            answered = b""
+            while len(status_lines(answered)) < 32 and not stop.is_set():  # every answer, or the refusal's close
+                if not (more := sock.recv(1 << 20)):
+                    return
+                answered += more
+
+    return looping(ATTACK_CLIENTS, burst)
+
+
+def one_source_holding_the_queue(front: Front, entry: str, source: str):
+    """Twice its share of POSTs from one address, each admitted with its first buffer (above the balancer's,
+    16 KiB), the rest trickled, cut and sent again after 0.5 s (for the GETs, through /decide: they share the
+    queue)."""
+    path = "/decide" if entry == GET_ENTRY else entry
+    length = 48 * 1024
+
+    def hold(worker: int, stop: threading.Event) -> None:
+        with contextlib.closing(front.connect(source)) as sock:
+            sock.sendall(request("POST", path, length=length) + b" " * (20 * 1024))
+            for _ in range(5):
+                if stop.wait(0.1):
+                    return
+                sock.sendall(b" ")
+
+    return looping(2 * PER_SOURCE, hold)
+
+
+ATTACKS = {attack.__name__: attack for attack in (
+    silent_sockets, idle_keep_alive, trickled_head, trickled_body, nested_bodies_at_the_size_limit,
+    nested_bodies_at_the_ratio_limit, many_small_bodies, pipelined_burst, one_source_holding_the_queue,
+    large_state_with_many_calls)}
+ENTRIES = [*POSTS, GET_ENTRY]
+NEEDS_THE_BALANCER_CHANGE = pytest.mark.xfail(
+    strict=True, reason="needs the balancer's connection-phase reject / per-source POST share (issue 32)")
+# The cells the balancer template on this branch does not bound yet: every address's connections share the global
+# maxconn until HAProxy reads a request (silent sockets, trickled heads), and one address may hold the whole queue
+# with its POSTs (every attack that sends POSTs; the GETs never queue).
+CONNECTION_PHASE = {"silent_sockets", "trickled_head"}
+POST_SHARE = {"nested_bodies_at_the_size_limit", "nested_bodies_at_the_ratio_limit", "many_small_bodies",
+              "pipelined_burst", "one_source_holding_the_queue", "large_state_with_many_calls"}
+# The shim published alone counts a connection against its address's share only once its headers are complete:
+# one address's trickled heads hold every connection (MAX_CONNECTIONS) until HEADER_TIMEOUT_SECONDS.
+NEEDS_THE_SHIM_HEAD_SHARE = pytest.mark.xfail(
+    strict=True, reason="the shim counts a connection against its address's share only once its headers are "
+                        "complete: one address's trickled heads hold every connection (issue 32)")
+
+
+def expected_failure(front: str, attack: str, entry: str):
+    if front == "balancer" and (attack in CONNECTION_PHASE or (attack in POST_SHARE and entry != GET_ENTRY)):
+        return NEEDS_THE_BALANCER_CHANGE
+    if front == "shim" and attack == "trickled_head":
+        return NEEDS_THE_SHIM_HEAD_SHARE
+    return None
+
+
+# -- the victim
+
+_addresses = itertools.count(1)
+
+
+def addresses() -> tuple[str, str]:
+    """An attacker's and a victim's address, both new."""
+    cell = next(_addresses)
+    network = f"127.{10 + cell // 250}.{cell % 250}"
+    return f"{network}.1", f"{network}.2"
+
+
+class HealthWatch:
+    """GET /health every 20 ms from the victim's address while the attack runs; each answer's seconds."""
+
+    def __init__(self, front: Front, source: str):
+        self.front, self.source = front, source
+        self.seconds: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        with self.front.client(self.source) as client:
+            while not self._stop.wait(0.02):
+                began = time.monotonic()
+                try:
+                    status = client.get("/health").status_code
+                except httpx.HTTPError as exc:
+                    status = repr(exc)
+                self.seconds.append(time.monotonic() - began)
+                if status != 200:
+                    self.failures.append(str(status))
+
+    def __enter__(self) -> "HealthWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def p99(self) -> float:
+        ordered = sorted(self.seconds)
+        return ordered[math.ceil(0.99 * len(ordered)) - 1]
+
+
+def answered(call: Callable[[], httpx.Response]) -> httpx.Response | str:
+    try:
+        return call()
+    except httpx.HTTPError as exc:
+        return repr(exc)
+
+
+# A refusal a victim may get in its turn, by front: the shim published alone keeps one queue for every address
+# (MAX_QUEUE; its per-address share, MAX_CONNECTIONS_PER_PEER, is of connections, twice the queue by default), so a
+# POST there may find the queue full of another's requests and be 429 busy, in the envelope with Retry-After.
+# Behind the balancer one address holds no more than its share of POSTs: the victim is served.
+REFUSED_IN_TURN = {"shim": {429: "busy"}, "balancer": {}}
+
+
+def refused_in_turn(front: Front, entry: str, answer: httpx.Response) -> bool:
+    code = REFUSED_IN_TURN[front.name].get(answer.status_code)
+    return (entry != GET_ENTRY and code is not None and answer.headers.get("retry-after") == "1"
+            and answer.json()["error"]["code"] == code)
+
+
+def victim_is_served(front: Front, entry: str, source: str) -> list[str]:
+    """What the victim is not served (nor refused in its turn): each GET route, or the POST entry with a small
+    valid body."""
+    with front.client(source) as client:
+        if entry == GET_ENTRY:
+            calls = [lambda path=path: client.get(path, headers=AUTH) for path in GETS]
+        else:
+            headers = {**AUTH, "Content-Type": "application/json", **(MCP_HEADERS if entry == "/mcp" else {})}
+            calls = [lambda: client.post(entry, content=small_valid(entry), headers=headers)] * VICTIM_POSTS
+        for call in calls:  # up to the first not served
+            answer = answered(call)
+            if isinstance(answer, str):
+                return [answer]
+            served = answer.status_code == 200 and not (entry == "/mcp" and answer.json()["result"].get("isError"))
+            if not served and not refused_in_turn(front, entry, answer):
+                return [f"{answer.request.url.path}: {answer.status_code} {answer.text[:300]}"]
+    return []
+
+
+def test_the_matrix_has_every_post_route_of_the_app_as_an_entry():
+    assert set(ENTRY_BODIES) == set(POSTS), "each POST route needs its attack bodies here, and only those"
+    assert "/health" in GETS and len(GETS) >= 3
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_a_victim_at_another_address_is_served_while_an_attack_runs(request, front, attack, entry):
+    if (mark := expected_failure(front.name, attack, entry)) is not None:
+        request.applymarker(mark)
+    if entry not in ENTRY_BODIES and entry != GET_ENTRY:
+        pytest.fail(f"{entry} has no attack bodies in this matrix: bound it and add them to ENTRY_BODIES")
+    attacker, victim = addresses()
+    with ATTACKS[attack](front, entry, attacker), HealthWatch(front, victim) as health:
+        began = time.monotonic()
+        unserved = victim_is_served(front, entry, victim)
+        time.sleep(max(0.0, WINDOW_SECONDS - (time.monotonic() - began)))
+        unserved = unserved or victim_is_served(front, entry, victim)
+    assert not unserved, unserved
+    assert not health.failures, health.failures
+    assert health.p99() < HEALTH_P99_SECONDS, (sorted(health.seconds)[-5:], [
+        line for line in front.log_text().splitlines() if line.startswith(victim + ":") and "/health" in line][-40:])
