@@ -86,6 +86,8 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
 
     def _refuse(self, answer: bytes) -> None:
         self._refused = True
+        # it serves nothing more: its slot is free now, not only once the lingering close has ended
+        self._roster.closed(self)
         self._in_head = False
         self._headers_arrived()
         self._body_arrived()
@@ -144,6 +146,12 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._head_bytes = _REQUEST_LINE_BYTES
         self._head_read_bytes = 0
         self._roster.request_began(self)
+        peer = self._roster.admit_peer(self)
+        for connection in peer.evict:
+            connection._evict()
+        if not peer.admitted:  # its client holds more than its share, every connection busy: refused as it begins
+            self._refuse(refusals.over_peer_share(self._limits))
+            return
         super().on_message_begin()
         self._await_headers()
 

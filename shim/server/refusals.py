@@ -31,13 +31,21 @@ def too_many_pipelined(max_pipelined: int) -> bytes:
                            f"connections, or wait for the answers")
 
 
-def _too_many_connections_body(limits: ConnectionLimits, over: str | None) -> bytes:
+def _too_many_connections_text(limits: ConnectionLimits, over: str | None) -> str:
     if over == "peer":
-        text = (f"this client has {limits.max_per_peer} connections open, all busy (MAX_CONNECTIONS_PER_PEER); "
+        return (f"this client has {limits.max_per_peer} connections open, all busy (MAX_CONNECTIONS_PER_PEER); "
                 f"retry later")
-    else:
-        text = f"this replica has {limits.max_connections} connections open, all busy (MAX_CONNECTIONS); retry later"
-    return json.dumps(envelope(TOO_MANY_CONNECTIONS, text)).encode("ascii")
+    return f"this replica has {limits.max_connections} connections open, all busy (MAX_CONNECTIONS); retry later"
+
+
+def _too_many_connections_body(limits: ConnectionLimits, over: str | None) -> bytes:
+    return json.dumps(envelope(TOO_MANY_CONNECTIONS, _too_many_connections_text(limits, over))).encode("ascii")
+
+
+def over_peer_share(limits: ConnectionLimits) -> bytes:
+    """What a request gets at its first byte when its client already holds more than its share and every one of its
+    connections is busy (a head still arriving counts as busy): refused before its head is read."""
+    return _closing_answer(TOO_MANY_CONNECTIONS, _too_many_connections_text(limits, "peer"))
 
 
 def too_many_connections(limits: ConnectionLimits, over: str | None = None):

@@ -88,20 +88,39 @@ class Roster:
             if not entry.busy:
                 self._idle[connection] = None  # the newest idle
 
+    def admit_peer(self, connection: Hashable) -> Verdict:
+        """May a request begin on `connection` as far as its peer's share goes? Asked at the request's first byte, so
+        that a head trickled over many connections is refused as it begins, not only once complete; the peer's own
+        idle connections give way first, as in `admit`."""
+        entry = self._entries.get(connection)
+        if entry is None:
+            return Verdict(True)
+        verdict = self._peer_room(connection, entry)
+        for victim in verdict.evict:
+            self.closed(victim)
+        return verdict
+
+    def _peer_room(self, connection: Hashable, entry: _Entry) -> Verdict:
+        if not entry.capped:
+            return Verdict(True)
+        excess = self._per_peer[entry.peer] - self.per_peer  # type: ignore[operator]
+        if excess <= 0:
+            return Verdict(True)
+        mine = self._oldest_idle(connection, lambda other: other.peer == entry.peer, excess)
+        if len(mine) < excess:
+            return Verdict(False, over="peer")
+        return Verdict(True, tuple(mine))
+
     def admit(self, connection: Hashable) -> Verdict:
         """May the request whose headers just completed on `connection` be served? When admitted, the connections
         in `evict` are already forgotten here; the caller closes them."""
         entry = self._entries.get(connection)
         if entry is None:
             return Verdict(True)
-        evict: list[Hashable] = []
-        if entry.capped:
-            excess = self._per_peer[entry.peer] - self.per_peer  # type: ignore[operator]
-            if excess > 0:
-                mine = self._oldest_idle(connection, lambda other: other.peer == entry.peer, excess)
-                if len(mine) < excess:
-                    return Verdict(False, over="peer")
-                evict.extend(mine)
+        peer = self._peer_room(connection, entry)
+        if not peer.admitted:
+            return peer
+        evict: list[Hashable] = list(peer.evict)
         if self.total is not None:
             excess = len(self._entries) - len(evict) - self.total
             if excess > 0:

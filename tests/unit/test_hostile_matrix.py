@@ -7,11 +7,7 @@ Fronts: the real shim server over the fake model published alone (tests/unit/fak
 HAProxy rendered from the production template (devstack/haproxy.py). The bounds are set small (a few connections,
 a small queue, 64 KiB bodies) so that every attack goes past them in a fraction of a second.
 
-Every address of 127.0.0.0/8 is loopback on Linux: each cell's attacker and victim call from addresses of their own.
-
-The cells that the balancer template does not bound yet (its connection-phase reject per source, its share of POSTs
-per source) and the shim's trickled heads (counted against their address's share only once complete) are marked
-xfail(strict=True): each asserts the target, and passes (so fails the mark) once the bound is there."""
+Every address of 127.0.0.0/8 is loopback on Linux: each cell's attacker and victim call from addresses of their own."""
 from __future__ import annotations
 
 import contextlib
@@ -50,6 +46,7 @@ MAX_DECODE_RATIO = 200
 # the shim (MAX_CONNECTIONS_PER_PEER) and at the balancer, MAX_CONNECTIONS 256, the balancer's 64 per shim.
 MAX_QUEUE = 4
 PER_SOURCE = 8
+POSTS_PER_SOURCE = 2  # the balancer's share of POSTs in flight per address: a quarter of MAX_QUEUE, as in production
 SHIM_MAX_CONNECTIONS = 32
 BALANCER_MAXCONN = 40  # the balancer's global connections (production's are many more, but bounded all the same)
 WINDOW_SECONDS = 0.35  # how long the victim is watched while an attack runs
@@ -243,6 +240,7 @@ def front(request, tmp_path_factory) -> Iterator[Front]:
         haproxy = HAProxyServer([("shim", f"127.0.0.1:{port}")], folder / "haproxy", check_inter="200ms",
                                 maxconn=BALANCER_MAXCONN, per_source_connections=PER_SOURCE,
                                 per_source_requests=100_000, rate_period="10s", server_maxconn=PER_SOURCE,
+                                per_source_posts=POSTS_PER_SOURCE,
                                 max_body_bytes=MAX_BODY_BYTES)
         try:
             haproxy.start().wait_ready(timeout=30)
@@ -450,29 +448,6 @@ ATTACKS = {attack.__name__: attack for attack in (
     nested_bodies_at_the_ratio_limit, many_small_bodies, pipelined_burst, one_source_holding_the_queue,
     large_state_with_many_calls)}
 ENTRIES = [*POSTS, GET_ENTRY]
-NEEDS_THE_BALANCER_CHANGE = pytest.mark.xfail(
-    strict=True, reason="needs the balancer's connection-phase reject / per-source POST share (issue 32)")
-# The cells the balancer template on this branch does not bound yet: every address's connections share the global
-# maxconn until HAProxy reads a request (silent sockets, trickled heads), and one address may hold the whole queue
-# with its POSTs (every attack that sends POSTs; the GETs never queue).
-CONNECTION_PHASE = {"silent_sockets", "trickled_head"}
-POST_SHARE = {"nested_bodies_at_the_size_limit", "nested_bodies_at_the_ratio_limit", "many_small_bodies",
-              "pipelined_burst", "one_source_holding_the_queue", "large_state_with_many_calls"}
-# The shim published alone counts a connection against its address's share only once its headers are complete:
-# one address's trickled heads hold every connection (MAX_CONNECTIONS) until HEADER_TIMEOUT_SECONDS.
-NEEDS_THE_SHIM_HEAD_SHARE = pytest.mark.xfail(
-    strict=True, reason="the shim counts a connection against its address's share only once its headers are "
-                        "complete: one address's trickled heads hold every connection (issue 32)")
-
-
-def expected_failure(front: str, attack: str, entry: str):
-    if front == "balancer" and (attack in CONNECTION_PHASE or (attack in POST_SHARE and entry != GET_ENTRY)):
-        return NEEDS_THE_BALANCER_CHANGE
-    if front == "shim" and attack == "trickled_head":
-        return NEEDS_THE_SHIM_HEAD_SHARE
-    return None
-
-
 # -- the victim
 
 _addresses = itertools.count(1)
@@ -566,9 +541,7 @@ def test_the_matrix_has_every_post_route_of_the_app_as_an_entry():
 
 @pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("attack", list(ATTACKS))
-def test_a_victim_at_another_address_is_served_while_an_attack_runs(request, front, attack, entry):
-    if (mark := expected_failure(front.name, attack, entry)) is not None:
-        request.applymarker(mark)
+def test_a_victim_at_another_address_is_served_while_an_attack_runs(front, attack, entry):
     if entry not in ENTRY_BODIES and entry != GET_ENTRY:
         pytest.fail(f"{entry} has no attack bodies in this matrix: bound it and add them to ENTRY_BODIES")
     attacker, victim = addresses()

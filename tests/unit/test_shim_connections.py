@@ -15,7 +15,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from shim import metrics, server
-from shim.server.roster import Roster, address_matcher
+from shim.server.roster import Roster, Verdict, address_matcher
 from shim.settings import ShimSettings
 
 SECRETS = {"INTERN_DECISION_API_TOKEN": "t" * 32, "INTERN_DECISION_TRITON_API_KEY": "k" * 32}
@@ -99,6 +99,33 @@ def test_a_peer_whose_connections_are_all_busy_is_refused_while_another_peer_is_
     table.opened("theirs", "10.0.0.2")
     table.request_began("theirs")
     assert table.admit("theirs").admitted
+
+
+def test_a_head_beginning_past_its_peers_share_is_refused_as_it_begins_and_leaves_the_total_to_others():
+    # heads trickled over many connections never complete: the share is asked at each request's first byte
+    table = roster(total=6, per_peer=2)
+    for name in ("head-1", "head-2", "head-3", "head-4"):
+        table.opened(name, "10.0.0.1")
+    table.request_began("head-1")
+    first = table.admit_peer("head-1")
+    assert first.admitted and first.evict == ("head-2", "head-3")  # its own idle give way first, oldest first
+    table.request_began("head-4")
+    assert table.admit_peer("head-4") == Verdict(True)
+    assert table.held_by("10.0.0.1") == 2
+    table.opened("victim", "10.0.0.2")
+    table.request_began("victim")
+    assert table.admit("victim").admitted
+
+
+def test_a_peer_with_every_connection_busy_is_refused_at_a_heads_first_byte():
+    table = roster(total=10, per_peer=2)
+    for name in ("busy-1", "busy-2", "late"):
+        table.opened(name, "10.0.0.1")
+    table.request_began("busy-1")
+    table.request_began("busy-2")
+    table.request_began("late")
+    verdict = table.admit_peer("late")
+    assert not verdict.admitted and verdict.over == "peer" and verdict.evict == ()
 
 
 def test_both_limits_at_once_close_the_peers_own_idle_then_the_oldest_idle():
