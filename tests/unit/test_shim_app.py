@@ -14,6 +14,7 @@ from shim.app import build_service, create_app
 from shim.exception_handlers import UNEXPECTED_FAILURE
 from shim.errors import MODEL_NOT_READY, OUT_OF_MEMORY_WORDS, Failure, ModelFailure, Problem, from_triton, unreachable
 from shim.health import CHUNKING
+from shim.metrics import ShimMetrics
 
 from .fake_model import CALIBRATION, FACTS, FakeModel
 from .shim_helpers import AUTH, TOKEN, client_for, decide_body, make_settings, options, shared_body
@@ -539,15 +540,24 @@ async def test_health_answers_while_a_call_is_blocked(client, model):
 
 
 @pytest.mark.parametrize("path, body", [("/decide", decide_body()), ("/decide/shared", shared_body(1))])
-async def test_total_seconds_excludes_the_wait_for_the_lock_which_is_queue_seconds(client, model, path, body):
-    model.gate = asyncio.Event()
-    first = asyncio.create_task(client.post("/decide", json=decide_body(state="first"), headers=AUTH))
-    while not model.calls:
-        await asyncio.sleep(0.001)
-    queued = asyncio.create_task(client.post(path, json=body, headers=AUTH))
-    await asyncio.sleep(0.3)  # the queued request waits this long behind the first
-    model.gate.set()
-    held, waited = (await first).json(), (await queued).json()
+async def test_total_seconds_excludes_the_wait_for_the_lock_which_is_queue_seconds(model, path, body):
+    metrics = ShimMetrics()
+    app = create_app(make_settings(), model, metrics)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
+        model.gate = asyncio.Event()
+        first = asyncio.create_task(client.post("/decide", json=decide_body(state="first"), headers=AUTH))
+        while not model.calls:
+            await asyncio.sleep(0.001)
+        queued = asyncio.create_task(client.post(path, json=body, headers=AUTH))
+        # timed from the moment the queued request waits for the lock (the shim's own gauge), however slow the machine
+        for _ in range(10_000):
+            if metrics.registry.get_sample_value("intern_decision_shim_requests_queued") == 1:
+                break
+            await asyncio.sleep(0.001)
+        assert metrics.registry.get_sample_value("intern_decision_shim_requests_queued") == 1
+        await asyncio.sleep(0.3)  # the queued request waits this long behind the first
+        model.gate.set()
+        held, waited = (await first).json(), (await queued).json()
     waited_timing = waited if path == "/decide" else waited["timing"]
     assert held["total_seconds"] >= 0.25 and waited_timing["queue_seconds"] >= 0.25
     assert held["queue_seconds"] < waited_timing["queue_seconds"]  # the first found the lock free
