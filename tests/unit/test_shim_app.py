@@ -196,8 +196,8 @@ async def test_an_answer_that_cannot_be_read_is_500_scoring_failed(client, model
     model.answer_for = lambda request: {key: value for key, value in answer_for(request).items() if key != "timing"}
     response = await client.post("/decide", json=decide_body(), headers=AUTH)
     assert response.status_code == 500
-    assert response.json()["error"] == {"code": "scoring_failed",
-                                        "message": "the model's answer to call 0 cannot be read: the answer lacks 'timing'"}
+    message = "the model's answer to call 0 cannot be read: the answer lacks 'timing'"
+    assert response.json()["error"] == {"code": "scoring_failed", "message": message}
 
 
 # --- Orderings --------------------------------------------------------------------------------------------------
