@@ -20,7 +20,7 @@ import tempfile
 from http.client import HTTPConnection
 from pathlib import Path
 
-from overhead import (ANCHOR_QUESTIONS, ANCHOR_STATE, RESULTS, STATE, SYSTEMONE_MODEL, TOKEN, cpu_seconds, criteria,
+from overhead import (ANCHOR_QUESTIONS, ANCHOR_STATE, STATE, SYSTEMONE_MODEL, TOKEN, cpu_seconds, criteria,
                       forward_seconds, machine, post, route_of, summary)
 
 from devstack.fixture import build_fixture
@@ -115,11 +115,8 @@ def main() -> int:
     args = parser.parse_args()
     run = measure(args.before, args.rounds, args.cpu_requests)
     print(json.dumps(run, indent=2))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "before_after.json").write_text(json.dumps(run, indent=2) + "\n")
-    if args.write_doc:
-        from report import write_doc
-        write_doc()
+    from report import save
+    save("before_after", run, args.write_doc)
     return 0
 
 

@@ -22,7 +22,7 @@ import sys
 from http.client import HTTPConnection
 
 from load import run_load
-from overhead import (ANCHOR_QUESTIONS, ANCHOR_STATE, RESULTS, STATE, SYSTEMONE_MODEL, TOKEN, BENCH, as_systemone,
+from overhead import (ANCHOR_QUESTIONS, ANCHOR_STATE, STATE, SYSTEMONE_MODEL, TOKEN, BENCH, as_systemone,
                       cpu_seconds, criteria, machine, post, route_of)
 
 from acceptance.stats import percentile
@@ -133,11 +133,8 @@ def main() -> int:
     args = parser.parse_args()
     run = measure(args.rounds, args.load_seconds, args.cpu_requests)
     print(json.dumps(run, indent=2))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "inprocess.json").write_text(json.dumps(run, indent=2) + "\n")
-    if args.write_doc:
-        from report import write_doc
-        write_doc()
+    from report import save
+    save("inprocess", run, args.write_doc)
     return 0
 
 

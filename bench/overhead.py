@@ -362,11 +362,8 @@ def main() -> int:
                         help="the System One shapes beside their /decide/shared twins (label it e.g. systemone)")
     args = parser.parse_args()
     run = {"label": args.label, "rounds": args.rounds, "machine": machine(), "shapes": measure(args)}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.label}.json").write_text(json.dumps(run, indent=2) + "\n")
-    if args.write_doc:
-        from report import write_doc
-        write_doc()
+    from report import save
+    save(args.label, run, args.write_doc)
     return 0
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
 DOC = BENCH.parent / "docs" / "benchmarks.md"
 LABELS = {"before": "before (protocol v1: one Triton request per call)",
           "after": "after (protocol v2: one Triton request per HTTP request)"}
@@ -148,8 +149,16 @@ def inprocess_section(run: dict, before: dict | None = None) -> list[str]:
     return lines
 
 
+def save(name: str, run: dict, render: bool) -> None:
+    """A benchmark's run as bench/results/<name>.json, and docs/benchmarks.md written again when asked."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(run, indent=2) + "\n")
+    if render:
+        write_doc()
+
+
 def write_doc() -> None:
-    runs = {path.stem: json.loads(path.read_text()) for path in sorted((BENCH / "results").glob("*.json"))}
+    runs = {path.stem: json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))}
     lines = [
         "# Benchmarks",
         "",
