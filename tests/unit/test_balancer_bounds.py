@@ -12,6 +12,7 @@ tests/unit/balancer_ipv6.py), whose loopback holds documentation addresses. HAPr
 from __future__ import annotations
 
 import json
+import contextlib
 import os
 import socket
 import subprocess
@@ -134,6 +135,20 @@ def answer_and_close(sock: socket.socket) -> bytes:
     return received
 
 
+@contextlib.contextmanager
+def running(target, count: int, stop: threading.Event, join_seconds: float):
+    """`count` threads running `target` while the block runs; then `stop` is set and each is waited for."""
+    threads = [threading.Thread(target=target) for _ in range(count)]
+    try:
+        for thread in threads:
+            thread.start()
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(join_seconds)
+
+
 def until(condition, timeout: float = 10.0):
     deadline = time.monotonic() + timeout
     while not (result := condition()):
@@ -234,16 +249,9 @@ def test_one_address_cannot_hold_the_shims_queue_with_its_posts_in_flight(tmp_pa
                     hog_statuses.append(http.post("/decide", json=decide_body(), headers=AUTH).status_code)
                     stop.wait(0.02)
 
-        hogs = [threading.Thread(target=hog) for _ in range(12)]
-        try:
-            for thread in hogs:
-                thread.start()
+        with running(hog, 12, stop, join_seconds=60):
             until(lambda: len(hog_statuses) >= 12)  # every hog has been answered once: the queue is as full as it gets
             victim = victims_statuses(haproxy, "127.0.0.31")
-        finally:
-            stop.set()
-            for thread in hogs:
-                thread.join(60)
     assert victim == [200] * 3, victim
     refused = [status for status in hog_statuses if status == 429]
     assert refused and set(hog_statuses) == {200, 429}, hog_statuses
@@ -271,16 +279,9 @@ def test_one_address_cannot_hold_the_idle_shims_queue_with_trickled_bodies(tmp_p
                     except TimeoutError:
                         sock.sendall(b" ")
 
-        hogs = [threading.Thread(target=trickle) for _ in range(12)]
-        try:
-            for thread in hogs:
-                thread.start()
+        with running(trickle, 12, stop, join_seconds=30):
             time.sleep(1.5)  # every trickle past HAProxy's body wait: admitted by the shim, or refused
             victim = victims_statuses(haproxy, "127.0.0.33")
-        finally:
-            stop.set()
-            for thread in hogs:
-                thread.join(30)
     assert victim == [200] * 3, victim
     assert answers and all(answer.startswith(b"HTTP/1.1 429") for answer in answers), answers
 
