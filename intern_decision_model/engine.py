@@ -23,6 +23,7 @@ from wire import answer as wire_answer
 from wire.facts import ModelFacts
 
 from .checkpoint import StartupRefused, load_inference_module, verify_snapshot_path
+from .graph_start import GraphState, WarmUp, start_graphs
 from .guard import CallGuard
 from .kernels import kernel_facts, slow_path_refusal
 from .offline import set_offline
@@ -125,13 +126,14 @@ def apply_vram_cap(torch: Any, device: str, cap_gib: float | None) -> None:
 
 class ServingEngine:
     def __init__(self, settings: Settings, device: str, module: ModuleType, engine: Any, guard: CallGuard,
-                 facts: ModelFacts):
+                 facts: ModelFacts, graphs: GraphState = GraphState("off", "", None)):
         self.settings = settings
         self.device = device
         self._module = module
         self._engine = engine
         self._guard = guard
         self.facts = facts
+        self.graphs = graphs
         self._answer_facts = facts.of_answer()
         self._prompts = PromptCapture(engine.tokenizer)
 
@@ -176,6 +178,9 @@ class ServingEngine:
                 raise StartupRefused("vision-tower check failed: the warm-up scored differently without the tower "
                                      f"({scored_part(first)} before, {scored_part(second)} after)")
             vision = "removed"
+        graphs = start_graphs(torch, engine, settings, device, WarmUp(WARMUP_REQUEST, first), scored_part,
+                              guard.grow_baseline)
+        guard.release()  # what a capture or a graph turned off left in the cache is not the baseline
         guard.mark_baseline()
 
         facts = ModelFacts(
@@ -196,9 +201,11 @@ class ServingEngine:
             pinned=settings.pinned,
             boot_id=uuid.uuid4().hex,
             started_at=started_at,
+            cuda_graphs=graphs.mode,
+            cuda_graphs_reason=graphs.reason,
         )
         log.info("serving %s", " ".join(f"{key}={value}" for key, value in facts.as_dict().items()))
-        return cls(settings, device, module, engine, guard, facts)
+        return cls(settings, device, module, engine, guard, facts, graphs)
 
     @staticmethod
     def _warm_up(engine: Any) -> dict:
@@ -247,5 +254,7 @@ class ServingEngine:
                                    self.settings.prompt_version, self._answer_facts)
 
     def close(self) -> None:
+        if self.graphs.runner is not None:
+            self.graphs.runner.turn_off("the engine closed")
         self._engine = None
         self._guard.release()

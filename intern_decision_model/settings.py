@@ -8,6 +8,8 @@ from typing import Mapping
 
 from wire.env import PREFIX, get, integer, positive_number
 
+from .graphs import BUCKETED, EXACT, OFF, Shape
+
 PINNED_REPO = "internlm/Intern-Decision-4B"
 PINNED_REVISION = "0e5e6aa7d6d750e2b1504ba11a8136cb58aeb3cd"
 PINNED_INFERENCE_SHA256 = "c904e2c67ca0775621a22375ee373d2ba30b52117cda870c6c9ef74143b29863"
@@ -18,6 +20,9 @@ DTYPES = ("bfloat16", "float16", "float32")
 _DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?")
 _REVISION = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+AUTO = "auto"
+GRAPH_MODES = (AUTO, OFF, EXACT, BUCKETED)
+DEFAULT_GRAPH_BUCKETS = (256, 512, 1024, 2048, 4096, 8192)
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,11 @@ class Settings:
     release_slack_mib: int
     keep_vision: bool
     allow_slow_kernels: bool
+    cuda_graphs: str = AUTO  # auto: exact on CUDA, off on the CPU
+    graph_shapes: tuple[Shape, ...] = ()  # exact mode: captured at start-up beside the warm-up's
+    graph_buckets: tuple[int, ...] = DEFAULT_GRAPH_BUCKETS
+    graph_budget_mib: int = 1024
+    graph_gate: float = 0.01  # bucketed mode: the most |Δp| against eager the start-up gate accepts
     unpinned: tuple[str, ...] = ()  # the contract pins overridden, by variable name (ALLOW_UNPINNED=1)
 
     @property
@@ -82,6 +92,11 @@ class Settings:
             release_slack_mib=integer(env, "RELEASE_SLACK_MIB", 512, minimum=0),
             keep_vision=_flag(env, "KEEP_VISION"),
             allow_slow_kernels=_flag(env, "ALLOW_SLOW_KERNELS"),
+            cuda_graphs=_choice(env, "CUDA_GRAPHS", GRAPH_MODES, cls.cuda_graphs),
+            graph_shapes=_listed(env, "GRAPH_SHAPES", Shape.parse, cls.graph_shapes),
+            graph_buckets=_listed(env, "GRAPH_BUCKETS", _bucket, cls.graph_buckets),
+            graph_budget_mib=integer(env, "GRAPH_BUDGET_MIB", cls.graph_budget_mib, minimum=0),
+            graph_gate=positive_number(env, "GRAPH_GATE", "> 0 (the most |Δp|)") or cls.graph_gate,
             unpinned=unpinned,
         )
 
@@ -91,6 +106,30 @@ def _pattern(env: Mapping[str, str], name: str, pattern: re.Pattern, default: st
     if not pattern.fullmatch(value):
         raise ValueError(f"{PREFIX}{name} must be {what}, got {value!r}")
     return value
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    value = get(env, name) or default
+    if value not in choices:
+        raise ValueError(f"{PREFIX}{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _listed(env: Mapping[str, str], name: str, read, default: tuple) -> tuple:
+    """A comma-separated list, each item read by `read` (a ValueError names the variable); default when unset."""
+    raw = get(env, name)
+    if raw == "":
+        return default
+    try:
+        return tuple(read(item) for item in raw.split(","))
+    except ValueError as exc:
+        raise ValueError(f"{PREFIX}{name}: {exc}") from None
+
+
+def _bucket(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"not a bucket length (an integer >= 1): {text!r}")
+    return int(text)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

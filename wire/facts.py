@@ -31,6 +31,8 @@ class ModelFacts:
     pinned: bool  # false when the revision, inference.py hash or dtype was overridden (ALLOW_UNPINNED=1)
     boot_id: str  # random, new each time a model process starts: a restart or reload shows as a new one
     started_at: str  # when this model process started loading, UTC, ISO 8601
+    cuda_graphs: str = "off"  # off | exact | bucketed: how the forward runs beneath predict()
+    cuda_graphs_reason: str = ""  # why graphs are off when auto asked for them, "" otherwise
 
     def to_labels(self) -> dict[str, str]:
         return {field.name: _label(getattr(self, field.name)) for field in dataclasses.fields(self)}

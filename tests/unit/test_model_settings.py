@@ -91,3 +91,22 @@ def test_gpu_instance_takes_the_device_triton_assigned():
         instance_device("cuda:0", "GPU", 1)
     with pytest.raises(ValueError, match="Triton placed this instance on cuda:0"):
         instance_device("cpu", "GPU", 0)
+
+
+def test_graph_settings_default_to_auto_and_read_their_lists():
+    settings = Settings.from_env({})
+    assert (settings.cuda_graphs, settings.graph_shapes, settings.graph_budget_mib) == ("auto", (), 1024)
+    assert settings.graph_buckets == (256, 512, 1024, 2048, 4096, 8192) and settings.graph_gate == 0.01
+    settings = Settings.from_env({"INTERN_DECISION_CUDA_GRAPHS": "bucketed", "INTERN_DECISION_GRAPH_SHAPES": "289x3,9x1",
+                                  "INTERN_DECISION_GRAPH_BUCKETS": "128,640", "INTERN_DECISION_GRAPH_BUDGET_MIB": "0",
+                                  "INTERN_DECISION_GRAPH_GATE": "0.002"})
+    assert settings.cuda_graphs == "bucketed" and [str(shape) for shape in settings.graph_shapes] == ["289x3", "9x1"]
+    assert (settings.graph_buckets, settings.graph_budget_mib, settings.graph_gate) == ((128, 640), 0, 0.002)
+
+
+@pytest.mark.parametrize("name, value", [("CUDA_GRAPHS", "on"), ("GRAPH_SHAPES", "289"), ("GRAPH_SHAPES", "289x3,"),
+                                         ("GRAPH_BUCKETS", "128,0"), ("GRAPH_BUCKETS", "x"), ("GRAPH_GATE", "0"),
+                                         ("GRAPH_BUDGET_MIB", "-1")])
+def test_a_bad_graph_setting_is_refused_by_name(name, value):
+    with pytest.raises(ValueError, match=f"INTERN_DECISION_{name}"):
+        Settings.from_env({f"INTERN_DECISION_{name}": value})

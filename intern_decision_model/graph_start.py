@@ -1,0 +1,116 @@
+"""Which graph mode serves, decided at start-up: the setting, what the model allows, and a check against eager.
+
+An explicit mode that cannot run refuses the start; `auto` falls back to eager, with the reason in the log and /health.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .checkpoint import StartupRefused
+from .graphs import EXACT, MAX_POSITIONS, OFF, CudaCapture, GraphRunner, Shape, buckets_needed, unsupported
+from .settings import AUTO, Settings
+
+log = logging.getLogger("intern_decision.graphs")
+
+# Requests of a few lengths and question counts, scored eager and from the graphs by the bucketed mode's gate.
+GATE_QUESTIONS = {
+    "approve": {"type": "choice", "instructions": "Approve the refund?",
+                "criteria": {"approve": "Approve it.", "reject": "Reject it.", "escalate": "Ask a person."}},
+    "urgency": {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high"]},
+    "fraud": {"type": "noul", "instructions": "Does this look like fraud?"},
+}
+
+
+def gate_requests(warm_up: dict) -> list[dict]:
+    long_state = {"history": [{"day": day, "note": f"customer wrote again about order {day}"} for day in range(40)]}
+    return [warm_up,
+            {"state": {"order": "lost", "value_eur": 412}, "questions": GATE_QUESTIONS},
+            {"state": long_state, "questions": GATE_QUESTIONS}]
+
+
+@dataclass(frozen=True)
+class GraphState:
+    mode: str  # off | exact | bucketed: what serves
+    reason: str  # why graphs are off, "" when on or not asked for
+    runner: GraphRunner | None
+
+
+def compare(eager: dict, graphed: dict) -> tuple[float, list[str]]:
+    """(max |Δp| over every answer's probabilities, the questions whose label differs)."""
+    worst, differing = 0.0, []
+    for name, answer in eager["answers"].items():
+        other = graphed["answers"][name]
+        worst = max([worst] + [abs(p - other["probabilities"][value]) for value, p in answer["probabilities"].items()])
+        if answer["decision"] != other["decision"]:
+            differing.append(name)
+    return worst, differing
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    request: dict
+    result: dict  # predict()'s answer to it, eager
+
+
+def start_graphs(torch: Any, engine: Any, settings: Settings, device: str, warm_up: WarmUp,
+                 scored: Callable[[dict], Any], on_growth: Callable[[int], None],
+                 capture_for: Callable[[Any, str], Any] = CudaCapture) -> GraphState:
+    """Install the runner beneath engine.predict and check it against the eager warm-up."""
+    asked = settings.cuda_graphs
+    if asked == OFF or (asked == AUTO and device == "cpu"):
+        return GraphState(OFF, "", None)
+    if device == "cpu":
+        raise StartupRefused(f"graph check failed: INTERN_DECISION_CUDA_GRAPHS={asked} needs a CUDA device")
+    mode = EXACT if asked == AUTO else asked
+    model = engine.backend.model
+    try:
+        reason = unsupported(model)
+        runner = None if reason else GraphRunner(
+            torch, model, capture_for(torch, device), mode, settings.graph_budget_mib << 20,
+            settings.graph_buckets, on_growth).install()
+    except Exception as exc:
+        reason, runner = f"the graph runner could not start: {type(exc).__name__}: {exc}", None
+    if runner is not None:
+        reason = _check(runner, engine, settings, warm_up, scored)
+    if reason:
+        if runner is not None:
+            runner.turn_off(reason)
+        if asked != AUTO:
+            raise StartupRefused(f"graph check failed: {reason} (INTERN_DECISION_CUDA_GRAPHS={asked})")
+        log.warning("serving eager: %s", reason)
+        return GraphState(OFF, reason, None)
+    log.info("CUDA graphs %s: %s captured, %d MiB", mode, ", ".join(map(str, sorted(runner.graphs))) or "none",
+             runner.memory_bytes >> 20)
+    return GraphState(mode, "", runner)
+
+
+def _check(runner: GraphRunner, engine: Any, settings: Settings, warm_up: WarmUp,
+           scored: Callable[[dict], Any]) -> str:
+    """"" when the graphs answer as the mode promises, else why not. exact: the warm-up replayed equals eager, bit for
+    bit. bucketed: every gate request within settings.graph_gate of eager, with the same labels."""
+    if runner.mode == EXACT:
+        runner.prepare(list(settings.graph_shapes))
+        for _ in range(2):  # seen twice: captured, then replayed
+            replayed = engine.predict(warm_up.request)
+        if not runner.on:
+            return runner.off_reason
+        if not runner.calls["replayed"]:
+            return "the warm-up's forward was not replayed from a graph"
+        if scored(replayed) != scored(warm_up.result):
+            return "the warm-up replayed from its graph differs from eager"
+        return ""
+    runner.prepare([Shape(bucket, MAX_POSITIONS) for bucket in buckets_needed(settings.graph_buckets,
+                                                                               settings.max_tokens)])
+    if not runner.on:
+        return runner.off_reason
+    for request in gate_requests(warm_up.request):
+        with runner.paused():
+            eager = engine.predict(request)
+        graphed = engine.predict(request)
+        worst, differing = compare(eager, graphed)
+        if worst > settings.graph_gate or differing:
+            return (f"the bucketed graphs differ from eager by |Δp| {worst:.3g} (gate {settings.graph_gate}), "
+                    f"labels differing: {differing or 'none'}")
+    return ""
