@@ -20,7 +20,8 @@ FACTS = {"name": "Fake-Decision", "repo": "internlm/Intern-Decision-4B", "revisi
          "dtype": "bfloat16", "device": "cuda:0", "vram_cap_gib": 35.0, "max_tokens": 8192,
          "vision_tower": "removed", "fla_version": "0.5.2", "causal_conv1d_version": "1.7.0",
          "linear_attention": "fast", "slow_kernels_allowed": False,
-         "pinned": True, "boot_id": "b" * 32, "started_at": "2026-05-04T10:11:12.345+00:00"}
+         "pinned": True, "boot_id": "b" * 32, "started_at": "2026-05-04T10:11:12.345+00:00",
+         "cuda_graphs": "exact", "cuda_graphs_reason": ""}
 CALIBRATION = {"method": "temperature-scaling", "temperature": 1.99241824}
 
 

@@ -37,7 +37,8 @@ intern_decision_model_info{model="intern_decision",name="Intern-Decision-4B",rep
 revision="0e5e6aa7d6d750e2b1504ba11a8136cb58aeb3cd",inference_sha256="c904",prompt_version="inference.py@sha256:c904",\
 dtype="bfloat16",device="cuda:0",vram_cap_gib="35.5",max_tokens="8192",vision_tower="removed",\
 fla_version="0.5.2",causal_conv1d_version="1.7.0",linear_attention="fast",slow_kernels_allowed="false",\
-pinned="false",boot_id="9f1c0b7e2d4a4c5e8b6a1f3d2c4e5a6b",started_at="2026-05-04T10:11:12.345+00:00"} 1
+pinned="false",boot_id="9f1c0b7e2d4a4c5e8b6a1f3d2c4e5a6b",started_at="2026-05-04T10:11:12.345+00:00",\
+cuda_graphs="off",cuda_graphs_reason="the attention runs 'eager', not sdpa"} 1
 # HELP nv_inference_count x
 # TYPE nv_inference_count counter
 nv_inference_count{model="intern_decision",version="1"} 3
@@ -53,7 +54,8 @@ def test_facts_come_from_the_info_gauge_of_our_model():
                                "fla_version": "0.5.2", "causal_conv1d_version": "1.7.0", "linear_attention": "fast",
                                "slow_kernels_allowed": False,
                                "pinned": False, "boot_id": "9f1c0b7e2d4a4c5e8b6a1f3d2c4e5a6b",
-                               "started_at": "2026-05-04T10:11:12.345+00:00"}
+                               "started_at": "2026-05-04T10:11:12.345+00:00", "cuda_graphs": "off",
+                               "cuda_graphs_reason": "the attention runs 'eager', not sdpa"}
 
 
 def test_no_facts_until_the_model_publishes_them():
