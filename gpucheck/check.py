@@ -15,9 +15,9 @@ from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip
 from gpucheck.deadline import Deadline, DeadlineReached, kill_all
 from gpucheck.environment import nvidia_smi
 from gpucheck.report import FAIL, FINDING, INCONCLUSIVE, NOT_RUN, PASS, SKIPPED, Report, Step
-from gpucheck.steps import (acceptance_step, checkpoint_step, environment_step, inprocess_step, inprocess_torch_step,
-                            install_step, kernel_warmup_step, overcap_step, server_step, service_step, serving_choice,
-                            shapes_step, stub_step)
+from gpucheck.steps import (acceptance_step, checkpoint_step, environment_step, graphs_step, inprocess_mixed_step,
+                            inprocess_step, inprocess_torch_step, install_step, kernel_warmup_step, overcap_step,
+                            server_step, service_step, serving_choice, shapes_step, stub_step)
 from gpucheck.summary import latency_rows
 
 
@@ -63,6 +63,11 @@ STEPS = (
              "peak and the largest call's", overcap_step, ("server", "inprocess"), essential=False),
     StepSpec("inprocess_torch", "predict() in-process with fla and causal_conv1d hidden (when the first run used "
              "fla)", inprocess_torch_step, ("shapes",), essential=False),
+    StepSpec("inprocess_mixed", "predict() in-process with causal_conv1d alone hidden: the mixed path beside the "
+             "production one (when the first run used causal-conv1d)", inprocess_mixed_step, ("shapes",),
+             essential=False),
+    StepSpec("graphs", "predict() in-process at each timed shape, eager and replayed from CUDA graphs (exact, "
+             "bucketed): p50, max |Δp|, labels, bit-identity", graphs_step, ("shapes",), essential=False),
 )
 
 DEADLINES = {"gpu": 525.0, "cpu": 240.0}
@@ -254,6 +259,8 @@ def _facts(ctx: Context) -> dict:
         "linear_attention_inprocess": findings.inprocess_path,
         "linear_attention_served": server.get("linear_attention"),
         "slow_kernels_allowed": findings.slow_kernels_allowed,
+        "cuda_graphs_served": ((server.get("health") or {}).get("model") or {}).get("cuda_graphs"),
+        "cuda_graphs_reason": ((server.get("health") or {}).get("model") or {}).get("cuda_graphs_reason") or None,
         "hidden_from_service": [entry["distribution"] for entry in
                                 data_of("install").get("hidden", [])] or None,
         "latency": latency_rows(steps),

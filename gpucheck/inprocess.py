@@ -7,8 +7,10 @@ what --budget leaves; a round is every call of the shape's request, back to back
 CUDA device it also records memory: resident after loading, the vision tower's share, and each shape's peak
 (reserved and allocated), each measured from an emptied allocator so that no shape reports an earlier one's peak.
 
---kernels DIR puts carried kernel packages (flash-linear-attention) first on sys.path; --block-kernels makes fla and
-causal_conv1d unimportable before transformers loads, so that transformers binds its torch implementations. The
+--kernels DIR puts carried kernel packages (flash-linear-attention, causal-conv1d) first on sys.path; --block-kernels
+makes fla and causal_conv1d unimportable before transformers loads, so that transformers binds its torch
+implementations, --block-conv causal_conv1d alone (the mixed path); --graphs measures CUDA graphs against eager
+(gpucheck.graph_rounds) instead of the rounds. The
 result says which implementation transformers bound and the model's linear-attention path, both read by the model
 side's own probe (intern_decision_model.kernels). The JSON is rewritten after every stage.
 """
@@ -26,8 +28,8 @@ from intern_decision_model import kernels
 from intern_decision_model.offline import set_offline
 
 
-def block_kernels() -> None:
-    for name in kernels.PACKAGES:
+def block_kernels(names=tuple(kernels.PACKAGES)) -> None:
+    for name in names:
         sys.modules[name] = None  # import raises ImportError; transformers falls back to torch
 
 
@@ -126,6 +128,22 @@ def measure(engine, calls: list, rounds: int, seconds: float, warmup: int) -> di
             "predict": summary(round_ms), "forward": summary(forward_ms)}
 
 
+def graph_rounds(torch, engine, args, fitted: dict, timed: list, deadline: float, save, result: dict) -> dict:
+    if not args.device.startswith("cuda"):
+        return {"skipped": "CUDA graphs need a CUDA device"}
+    from gpucheck.graph_rounds import measure_graphs
+    from gpucheck.shapes import predict_calls
+    from intern_decision_model.graphs import CudaCapture
+
+    def keep(graphs: dict) -> None:
+        result["graphs"] = graphs
+        save()
+
+    return measure_graphs(torch, engine, {name: predict_calls(fitted[name]["body"]) for name in timed},
+                          lambda calls, seconds: measure(engine, calls, args.rounds, seconds, warmup=0),
+                          max(3.0, deadline - time.monotonic()), lambda: CudaCapture(torch, args.device), keep)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpucheck.inprocess")
     parser.add_argument("--checkpoint", required=True, type=Path)
@@ -139,6 +157,10 @@ def main(argv=None) -> int:
     parser.add_argument("--probe", action="store_true", help="score the probe shape once (memory)")
     parser.add_argument("--kernels", type=Path, help="a folder of kernel packages to put first on sys.path")
     parser.add_argument("--block-kernels", action="store_true")
+    parser.add_argument("--block-conv", action="store_true",
+                        help="hide causal_conv1d alone: the mixed path (fla for the delta rule, torch for the conv)")
+    parser.add_argument("--graphs", action="store_true",
+                        help="instead of the rounds: each shape eager, from exact and from bucketed CUDA graphs")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
 
@@ -147,7 +169,10 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(args.kernels))
     if args.block_kernels:
         block_kernels()
+    elif args.block_conv:
+        block_kernels(("causal_conv1d",))
     result = {"device": args.device, "dtype": args.dtype, "kernels_blocked": args.block_kernels,
+              "conv_blocked": args.block_conv,
               "kernels": kernel_facts()}
 
     def save() -> None:
@@ -197,6 +222,10 @@ def main(argv=None) -> int:
     result["warmup_seconds"] = round(time.perf_counter() - started, 2)
     result["libraries"] = libraries.loaded()  # after a forward pass; compared with the stub's by the server step
     save()
+    if args.graphs:
+        result["graphs"] = graph_rounds(torch, engine, args, fitted, timed, begun + args.budget, save, result)
+        save()
+        return 0
     if args.probe and "probe" in fitted:  # before the timed rounds, so that the cap is measured whatever is left
         result["probe"] = score_probe(engine, memory, predict_calls(fitted["probe"]["body"])[0])
         save()

@@ -3,30 +3,39 @@ from __future__ import annotations
 
 
 def latency_rows(steps: dict) -> list:
-    """One row per timed shape: tokens, predict() in-process (with the kernels the server uses), the same request
-    through the service, and what the stack adds (service minus in-process, at p50 and mean)."""
-    inprocess = (steps.get("inprocess") or {}).get("data", {}).get("shapes", {})
-    without = (steps.get("inprocess_torch") or {}).get("data", {}).get("shapes", {})
-    service = (steps.get("service") or {}).get("data", {}).get("shapes", {})
+    """One row per timed shape: tokens; predict() in process (with the kernels the server uses), its forward, with
+    torch kernels and from CUDA graphs; the same request through the service at the client, at the shim and
+    predict()'s forward inside Triton's stub; and what the stack adds (service minus in-process, at p50 and mean).
+    The split says by itself whether time is lost inside predict()'s forward or around it."""
+    data = {name: (steps.get(name) or {}).get("data", {}) for name in ("inprocess", "inprocess_torch", "service")}
+    inprocess, without, service = (data[name].get("shapes", {}) for name in ("inprocess", "inprocess_torch", "service"))
+    graphed = ((steps.get("graphs") or {}).get("data", {}).get("graphs") or {}).get("shapes", {})
     fitted = (steps.get("shapes") or {}).get("data", {}).get("shapes", {})
     rows = []
     for name, shape in fitted.items():
         if not shape.get("timed"):
             continue
-        local = (inprocess.get(name) or {}).get("predict", {})
-        torch_only = (without.get(name) or {}).get("predict", {})
-        through = (service.get(name) or {}).get("client", {})
+        local, through = inprocess.get(name) or {}, service.get(name) or {}
+        graphs = graphed.get(name) or {}
         row = {"shape": name, "title": shape.get("title"), "tokens": shape.get("tokens"),
                "calls": len(shape.get("tokens") or []),
-               "inprocess_p50_ms": local.get("p50"), "inprocess_mean_ms": local.get("mean"),
-               "inprocess_torch_p50_ms": torch_only.get("p50"),
-               "service_p50_ms": through.get("p50"), "service_mean_ms": through.get("mean"),
-               "service_p95_ms": through.get("p95")}
+               "inprocess_p50_ms": _stat(local, "predict", "p50"), "inprocess_mean_ms": _stat(local, "predict", "mean"),
+               "inprocess_forward_p50_ms": _stat(local, "forward", "p50"),
+               "inprocess_torch_p50_ms": _stat(without.get(name) or {}, "predict", "p50"),
+               "graphs_exact_p50_ms": _stat(graphs.get("exact") or {}, "predict", "p50"),
+               "graphs_bucketed_p50_ms": _stat(graphs.get("bucketed") or {}, "predict", "p50"),
+               "service_p50_ms": _stat(through, "client", "p50"), "service_mean_ms": _stat(through, "client", "mean"),
+               "service_p95_ms": _stat(through, "client", "p95"),
+               "shim_p50_ms": _stat(through, "server", "p50"), "stub_forward_p50_ms": _stat(through, "forward", "p50")}
         for stat in ("p50", "mean"):
             a, b = row[f"service_{stat}_ms"], row[f"inprocess_{stat}_ms"]
             row[f"added_{stat}_ms"] = round(a - b, 2) if a is not None and b is not None else None
         rows.append(row)
     return rows
+
+
+def _stat(entry: dict, series: str, stat: str):
+    return (entry.get(series) or {}).get(stat)
 
 
 def _cell(value) -> str:
@@ -59,19 +68,24 @@ def render_markdown(report: dict) -> str:
             "",
             "## Latency (ms)",
             "",
-            "In-process: `predict()` for every call of the request, back to back, with the kernels the server uses. "
-            "Service: the same request as `/decide/shared` through the shim and Triton, timed at the client. "
-            "Added: service minus in-process.",
+            "In-process: `predict()` for every call of the request, back to back, with the kernels the server uses; "
+            "forward: the part of it in the model's forward; torch kernels: the same without flash-linear-attention "
+            "and causal-conv1d; graphs: replayed from CUDA graphs (exact / bucketed). Service: the same request as "
+            "`/decide/shared`, at the client, at the shim (`timing.total_seconds`) and the forward inside Triton's "
+            "stub (`timing.inference_seconds`). Added: service minus in-process.",
             "",
-            "| shape | tokens per call | in-process p50 / mean | in-process, torch kernels p50 "
-            "| service p50 / mean / p95 | added p50 / mean |",
-            "|---|---|---|---|---|---|",
+            "| shape | tokens per call | in-process p50 / mean | forward p50 | torch kernels p50 | graphs p50 "
+            "| service p50 / mean / p95 | shim p50 | forward in the stub p50 | added p50 / mean |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in rows:
             lines.append(
                 f"| {row['title']} | {_cell(row['tokens'])} | {_cell(row['inprocess_p50_ms'])} / "
-                f"{_cell(row['inprocess_mean_ms'])} | {_cell(row['inprocess_torch_p50_ms'])} | "
+                f"{_cell(row['inprocess_mean_ms'])} | {_cell(row['inprocess_forward_p50_ms'])} | "
+                f"{_cell(row['inprocess_torch_p50_ms'])} | {_cell(row['graphs_exact_p50_ms'])} / "
+                f"{_cell(row['graphs_bucketed_p50_ms'])} | "
                 f"{_cell(row['service_p50_ms'])} / {_cell(row['service_mean_ms'])} / {_cell(row['service_p95_ms'])} | "
+                f"{_cell(row['shim_p50_ms'])} | {_cell(row['stub_forward_p50_ms'])} | "
                 f"{_cell(row['added_p50_ms'])} / {_cell(row['added_mean_ms'])} |")
     reference = report["reference"]
     lines += [

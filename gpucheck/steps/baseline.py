@@ -1,5 +1,6 @@
-"""The in-process figures: predict() in one process with the kernels transformers binds (inprocess), and again with
-them hidden (inprocess_torch); each a gpucheck.inprocess run under what the step has left."""
+"""The in-process figures: predict() in one process with the kernels transformers binds (inprocess), again with
+them hidden (inprocess_torch) and with causal-conv1d alone hidden (inprocess_mixed), and eager against CUDA graphs
+(graphs); each a gpucheck.inprocess run under what the step has left."""
 from __future__ import annotations
 
 import json
@@ -41,7 +42,8 @@ def _with_kernels_seconds(ctx: Context) -> float:
     return max(0.0, min(WITH_KERNELS_SHARE * left, left - _torch_need(ctx)))
 
 
-def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | None = None) -> dict:
+def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | None = None,
+                   extra: tuple[str, ...] = ()) -> dict:
     path = ctx.out / out_name
     budget = ctx.budget(_left(ctx) if seconds is None else seconds)
     own = budget - INPROCESS_IMPORTS_SECONDS - INPROCESS_LAST_ROUNDS_SECONDS
@@ -55,6 +57,7 @@ def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | No
         arguments += ["--kernels", ctx.findings.kernels]
     if block:
         arguments.append("--block-kernels")
+    arguments += list(extra)
     try:
         ctx.script("gpucheck.inprocess", arguments, out_name.replace(".json", ".log"), limit=budget)
     finally:
@@ -141,3 +144,50 @@ def inprocess_torch_step(ctx: Context) -> Found:
         with keeping(written_so_far(ctx.out / "inprocess-torch.json")):  # cut or failed: what it measured before
             raise
     return Found(_describe_inprocess(result), result)
+
+
+def inprocess_mixed_step(ctx: Context) -> Found:
+    """The path served without causal-conv1d (fla's delta rule, torch's conv), beside the production path."""
+    bound = (ctx.findings.inprocess or {}).get("bound") or {}
+    if (bound.get("causal_conv1d_fn") or {}).get("path") != FAST:
+        raise Skip("the in-process run did not bind causal-conv1d: its figures are already the mixed path's")
+    ctx.stop_stack()
+    try:
+        result = _run_inprocess(ctx, "inprocess-mixed.json", block=False, extra=("--block-conv",))
+    except Exception:
+        with keeping(written_so_far(ctx.out / "inprocess-mixed.json")):
+            raise
+    return Found(_describe_inprocess(result), result)
+
+
+def graphs_step(ctx: Context) -> Found:
+    """Each timed shape in process, eager and from CUDA graphs (exact, bucketed): p50, max |Δp|, labels, bit-identity."""
+    if not ctx.cuda:
+        raise Skip("CUDA graphs need a CUDA device")
+    ctx.stop_stack()
+    try:
+        result = _run_inprocess(ctx, "inprocess-graphs.json", block=False, extra=("--graphs",))
+    except Exception:
+        with keeping(written_so_far(ctx.out / "inprocess-graphs.json")):
+            raise
+    graphs = result.get("graphs") or {}
+    if "skipped" in graphs:
+        raise Skip(graphs["skipped"])
+    return Found(describe_graphs(graphs), result)
+
+
+def describe_graphs(graphs: dict) -> str:
+    parts = []
+    for name, modes in (graphs.get("shapes") or {}).items():
+        eager = (modes.get("eager") or {}).get("predict", {}).get("p50")
+        cells = [f"eager {eager}"]
+        for mode in ("exact", "bucketed"):
+            entry = modes.get(mode) or {}
+            if entry:
+                cells.append(f"{mode} {entry.get('predict', {}).get('p50')} (|Δp| {entry.get('max_abs_dp'):.2g}, "
+                             f"{'bit-identical' if entry.get('bit_identical') else 'not bit-identical'}"
+                             f"{', labels differ: ' + ', '.join(entry['labels_differing']) if entry.get('labels_differing') else ''})")
+        parts.append(f"{name} p50 ms: " + ", ".join(cells))
+    off = [f"{mode} off: {graphs[mode]['off_reason']}" for mode in ("exact", "bucketed")
+           if (graphs.get(mode) or {}).get("off_reason")]
+    return "; ".join(parts + off)

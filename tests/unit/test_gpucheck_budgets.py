@@ -71,10 +71,12 @@ def test_the_reserve_covers_the_teardowns_own_timeouts(monkeypatch):
 def test_the_steps_run_in_an_order_that_puts_the_served_stack_before_the_comparisons():
     names = [spec.name for spec in check.STEPS]
     assert names.index("acceptance") < names.index("overcap") < names.index("inprocess_torch")
-    assert names.index("service") < names.index("inprocess_torch")
+    assert names.index("service") < names.index("inprocess_torch") < names.index("inprocess_mixed")
+    assert names.index("service") < names.index("graphs")  # the graph runs stop the served stack
     assert names.index("checkpoint") < names.index("kernel_warmup") < names.index("inprocess")
     assert {spec.name for spec in check.STEPS if not spec.essential} == {"kernel_warmup", "overcap",
-                                                                         "inprocess_torch"}
+                                                                         "inprocess_torch", "inprocess_mixed",
+                                                                         "graphs"}
 
 
 def _fake_steps(monkeypatch, timings, sleeps, essential=None):

@@ -11,7 +11,7 @@ import pytest
 from gpucheck import acceptance_kit, carry, stack, stats, summary
 from gpucheck.deadline import Deadline, DeadlineReached, StepTimeout, run_logged
 from gpucheck.install import unpack_server
-from gpucheck.report import FAIL, NOT_RUN, PASS, SKIPPED, Report, Step
+from gpucheck.report import FAIL, NOT_RUN, PASS, REFERENCE, SKIPPED, Report, Step
 
 PRODUCTION_CONFIG = (carry.REPO_ROOT / "model_repository" / "intern_decision" / "config.pbtxt").read_text()
 
@@ -82,6 +82,27 @@ def test_latency_rows_put_service_and_inprocess_side_by_side():
     [row] = summary.latency_rows(steps)
     assert row["shape"] == "anchor" and row["added_p50_ms"] == 3.5 and row["added_mean_ms"] == 4.0
     assert row["inprocess_torch_p50_ms"] is None
+
+
+def test_latency_rows_split_the_service_time_down_to_the_forward_in_the_stub_and_in_process():
+    steps = {
+        "shapes": {"data": {"shapes": {"anchor": {"title": "anchor", "tokens": [289], "timed": True}}}},
+        "inprocess": {"data": {
+            "shapes": {"anchor": {"predict": {"p50": 88.6, "mean": 89.0}, "forward": {"p50": 79.9}}}}},
+        "graphs": {"data": {"graphs": {"shapes": {"anchor": {"exact": {"predict": {"p50": 24.0}},
+                                                             "bucketed": {"predict": {"p50": 25.5}}}}}}},
+        "service": {"data": {"shapes": {"anchor": {"client": {"p50": 105.7, "mean": 106.0, "p95": 110.0},
+                                                   "server": {"p50": 101.2}, "forward": {"p50": 93.0}}}}},
+    }
+    [row] = summary.latency_rows(steps)
+    assert (row["inprocess_forward_p50_ms"], row["shim_p50_ms"], row["stub_forward_p50_ms"]) == (79.9, 101.2, 93.0)
+    assert (row["graphs_exact_p50_ms"], row["graphs_bucketed_p50_ms"]) == (24.0, 25.5)
+    markdown = summary.render_markdown({"mode": "gpu", "result": "pass", "started": "t", "wall_seconds": 1,
+                                        "deadline_seconds": 525, "steps": [{"name": name, "status": "pass",
+                                        "seconds": 1.0, "detail": "", "data": step["data"]}
+                                        for name, step in steps.items()],
+                                        "reference": REFERENCE, "facts": {}})
+    assert "| 88.6 / 89.0 | 79.9 | — | 24.0 / 25.5 | 105.7 / 106.0 / 110.0 | 101.2 | 93.0 | 17.1 / 17.0 |" in markdown
 
 
 def test_report_passes_only_when_every_step_passed_or_was_skipped(tmp_path):

@@ -14,7 +14,7 @@ from intern_decision_model import graphs
 from intern_decision_model.checkpoint import StartupRefused
 from intern_decision_model.engine import WARMUP_REQUEST, scored_part
 from intern_decision_model.graph_start import GATE_QUESTIONS, WarmUp, compare, start_graphs
-from intern_decision_model.settings import Settings
+from intern_decision_model.settings import DEFAULT_GRAPH_BUCKETS, Settings
 from intern_decision_model.graphs import BUCKETED, EXACT, MAX_POSITIONS, GraphRunner, Shape
 
 from ..tools import REPO_ROOT
@@ -352,3 +352,31 @@ def test_graphs_on_the_cpu_are_off_unless_asked_for(engine):
     with pytest.raises(StartupRefused, match="CUDA_GRAPHS=exact needs a CUDA device"):
         start_graphs(torch, engine, Settings.from_env({"INTERN_DECISION_CUDA_GRAPHS": "exact"}), "cpu", warm_up,
                      scored_part, lambda grown: None)
+
+
+def test_the_gpu_checks_graph_rounds_measure_each_mode_against_eager(engine):
+    from gpucheck.graph_rounds import measure_graphs
+
+    saved = []
+    shapes = {"one": [request_with(1)], "two calls": [request_with(3), request_with(16, words=4)]}
+    measured = measure_graphs(torch, engine, shapes, lambda calls, seconds: {"predict": {"p50": 1.0}, "calls": calls},
+                              3.0, FakeCapture, saved.append)
+    assert saved and set(measured["shapes"]) == set(shapes)
+    for name, modes in measured["shapes"].items():
+        assert set(modes) == {"eager", "exact", "bucketed"}
+        assert modes["exact"]["bit_identical"] and modes["exact"]["max_abs_dp"] == 0.0
+        assert modes["bucketed"]["max_abs_dp"] < 1e-5 and modes["bucketed"]["labels_differing"] == []
+    assert len(measured["exact"]["graphs"]) == 3 and measured["exact"]["off_reason"] == ""
+    lengths = [engine.predict(request)["usage"]["input_tokens"] for calls in shapes.values() for request in calls]
+    buckets = sorted({graphs.bucket_for(length, DEFAULT_GRAPH_BUCKETS) for length in lengths})
+    assert measured["bucketed"]["graphs"] == [f"{bucket}x{MAX_POSITIONS}" for bucket in buckets]
+    assert "forward" not in engine.backend.model.__dict__
+
+
+def test_the_gpu_checks_graph_rounds_report_a_replay_that_differs(engine):
+    from gpucheck.graph_rounds import measure_graphs
+
+    measured = measure_graphs(torch, engine, {"one": [request_with(2)]}, lambda calls, seconds: {}, 1.0,
+                              SkewedCapture, lambda result: None)
+    exact = measured["shapes"]["one"]["exact"]
+    assert not exact["bit_identical"] and exact["max_abs_dp"] > 0.01
