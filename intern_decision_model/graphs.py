@@ -12,6 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
+from .guard import is_out_of_memory
+
 log = logging.getLogger("intern_decision.graphs")
 
 OFF, EXACT, BUCKETED = "off", "exact", "bucketed"
@@ -164,8 +166,8 @@ class GraphRunner:
 
     exact: one graph per (length, positions), captured at start-up for the configured shapes and later when a shape
     is seen a second time. bucketed: the input right-padded to the next bucket and the positions to MAX_POSITIONS,
-    one graph per bucket, captured at start-up. Captures stop at the memory budget; a capture that fails turns every
-    graph off, and the calls run eager.
+    one graph per bucket, captured at start-up. Captures stop at the memory budget; a shape whose capture runs out of
+    memory runs eager from then on; a capture that fails otherwise turns every graph off.
     """
 
     def __init__(self, torch: Any, model: Any, capture: Capture, mode: str, budget_bytes: int,
@@ -180,6 +182,7 @@ class GraphRunner:
         self._pad_id = int(getattr(getattr(model, "config", None), "pad_token_id", None) or 0)
         self.graphs: dict[Shape, Graph] = {}
         self.sightings: Counter[Shape] = Counter()
+        self.refused: set[Shape] = set()  # shapes whose capture ran out of memory: eager from then on
         self.calls: Counter[str] = Counter()  # replayed | eager | captured
         self.memory_bytes = 0
         self.off_reason = ""
@@ -230,7 +233,7 @@ class GraphRunner:
             return self._eager(*args, **kwargs)
         shape, input_ids, positions = covered
         graph = self.graphs.get(shape)
-        if graph is None:
+        if graph is None and shape not in self.refused:
             self.sightings[shape] += 1
             if self.sightings[shape] >= 2 and self.memory_bytes < self.budget_bytes:
                 graph = self._record(shape)
@@ -268,8 +271,12 @@ class GraphRunner:
                 graph = Graph(self._torch, self._eager, shape, self._device, self._pad_id, self._capture,
                               lambda: eager_masks(self._model))
         except Exception as exc:
-            first_line = (str(exc).splitlines() or [""])[0]
-            self.turn_off(f"capturing {shape} failed: {type(exc).__name__}: {first_line}")
+            first_line = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+            if is_out_of_memory(exc, self._torch):  # this shape does not fit under the cap; the others still do
+                self.refused.add(shape)
+                log.warning("CUDA graph for %s not captured, out of memory: %s", shape, first_line)
+            else:
+                self.turn_off(f"capturing {shape} failed: {first_line}")
             return None
         grown = max(0, self._capture.reserved_bytes() - before)
         self.memory_bytes += grown

@@ -139,11 +139,26 @@ def test_runtime_captures_grow_the_guards_baseline(engine, runner_for):
 
 def test_a_failed_capture_turns_every_graph_off_and_the_call_runs_eager(engine, runner_for):
     eager = engine.predict(request_with(2))
-    runner = runner_for(EXACT, capture=FakeCapture(fails=torch.cuda.OutOfMemoryError("CUDA out of memory. Tried")))
+    runner = runner_for(EXACT, capture=FakeCapture(fails=RuntimeError("operation not permitted when capturing")))
     for _ in range(3):
         assert scored_part(engine.predict(request_with(2))) == scored_part(eager)
-    assert not runner.on and "capturing" in runner.off_reason and "OutOfMemoryError" in runner.off_reason
+    assert not runner.on and "capturing" in runner.off_reason and "not permitted" in runner.off_reason
     assert "forward" not in engine.backend.model.__dict__  # uninstalled: predict() calls the model's own forward
+
+
+def test_a_capture_out_of_memory_leaves_that_shape_eager_and_the_others_graphed(engine, runner_for):
+    capture = FakeCapture()
+    runner = runner_for(EXACT, capture=capture)
+    for _ in range(2):
+        engine.predict(request_with(1))
+    capture.fails = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    eager = engine.predict(request_with(2))
+    for _ in range(3):
+        assert scored_part(engine.predict(request_with(2))) == scored_part(eager)
+    assert runner.on and len(runner.refused) == 1 and len(runner.graphs) == 1
+    assert runner.calls["eager"] == 1 + 4 and runner.sightings[next(iter(runner.refused))] == 2  # tried once
+    engine.predict(request_with(1))
+    assert runner.calls["replayed"] == 2
 
 
 def test_calls_the_graphs_do_not_cover_run_eager(engine, runner_for):
