@@ -16,7 +16,7 @@ from gpucheck.deadline import Deadline, DeadlineReached, kill_all
 from gpucheck.environment import nvidia_smi
 from gpucheck.report import FAIL, FINDING, INCONCLUSIVE, NOT_RUN, PASS, SKIPPED, Report, Step
 from gpucheck.steps import (acceptance_step, checkpoint_step, environment_step, graphs_step, inprocess_mixed_step,
-                            inprocess_step, inprocess_torch_step, install_step, kernel_warmup_step, overcap_step,
+                            inprocess_shared_step, inprocess_step, inprocess_torch_step, install_step, kernel_warmup_step, overcap_step,
                             server_step, service_step, serving_choice, shapes_step, stub_step)
 from gpucheck.summary import latency_rows
 
@@ -68,6 +68,8 @@ STEPS = (
              essential=False),
     StepSpec("graphs", "predict() in-process at each timed shape, eager and replayed from CUDA graphs (exact, "
              "bucketed): p50, max |Δp|, labels, bit-identity", graphs_step, ("shapes",), essential=False),
+    StepSpec("inprocess_shared", "predict() in-process on the shared libpython the stub runs on, beside the "
+             "interpreter's own binary", inprocess_shared_step, ("shapes", "stub", "inprocess"), essential=False),
 )
 
 DEADLINES = {"gpu": 525.0, "cpu": 240.0}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from gpucheck import budgets, kernel_lengths
+from gpucheck import budgets, kernel_lengths, shared_launcher
 from gpucheck.cap import plan_caps, unmeasured
 from gpucheck.context import Context, Skip, dtype_of, keeping, written_so_far
 from gpucheck.deadline import kill_group
@@ -43,7 +43,7 @@ def _with_kernels_seconds(ctx: Context) -> float:
 
 
 def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | None = None,
-                   extra: tuple[str, ...] = ()) -> dict:
+                   extra: tuple[str, ...] = (), python: str | None = None, env: dict | None = None) -> dict:
     path = ctx.out / out_name
     budget = ctx.budget(_left(ctx) if seconds is None else seconds)
     own = budget - INPROCESS_IMPORTS_SECONDS - INPROCESS_LAST_ROUNDS_SECONDS
@@ -59,7 +59,8 @@ def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | No
         arguments.append("--block-kernels")
     arguments += list(extra)
     try:
-        ctx.script("gpucheck.inprocess", arguments, out_name.replace(".json", ".log"), limit=budget)
+        ctx.script("gpucheck.inprocess", arguments, out_name.replace(".json", ".log"), limit=budget, python=python,
+                   env=env)
     finally:
         result = json.loads(path.read_text()) if path.is_file() else {}
     return result
@@ -191,3 +192,30 @@ def describe_graphs(graphs: dict) -> str:
     off = [f"{mode} off: {graphs[mode]['off_reason']}" for mode in ("exact", "bucketed")
            if (graphs.get(mode) or {}).get("off_reason")]
     return "; ".join(parts + off)
+
+
+def inprocess_shared_step(ctx: Context) -> Found:
+    """predict() in process on the shared libpython the stub runs on: is the stack's time the runtime's?"""
+    if not ctx.gpu:
+        raise Skip("compares the GPU machine's static interpreter with its shared libpython")
+    stub = ctx.report.step("stub").data
+    try:
+        library = shared_launcher.shared_library(stub.get("libdir") or "", stub.get("python_version") or "")
+        launcher = shared_launcher.build(library, ctx.options.scratch / "launcher")
+        env = shared_launcher.environment(ctx.findings.python)
+        runtime = shared_launcher.runs_shared(launcher, env)
+    except shared_launcher.LauncherUnavailable as exc:
+        raise Skip(str(exc)) from None
+    ctx.stop_stack()
+    try:
+        result = _run_inprocess(ctx, "inprocess-shared.json", block=False, python=str(launcher), env=env)
+    except Exception:
+        with keeping(written_so_far(ctx.out / "inprocess-shared.json")):
+            raise
+    result.update(libpython=str(library), runtime=runtime)
+    static = {name: (entry.get("predict") or {}).get("p50")
+              for name, entry in ((ctx.findings.inprocess or {}).get("shapes") or {}).items()}
+    shared = {name: (entry.get("predict") or {}).get("p50") for name, entry in (result.get("shapes") or {}).items()}
+    result["p50_ms"] = {name: {"static": static.get(name), "shared": ms} for name, ms in shared.items()}
+    return Found(f"on {library.name}: " + "; ".join(f"{name} p50 {ms} ms (the interpreter's own: {static.get(name)})"
+                                                     for name, ms in shared.items()), result)

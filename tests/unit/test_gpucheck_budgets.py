@@ -76,7 +76,7 @@ def test_the_steps_run_in_an_order_that_puts_the_served_stack_before_the_compari
     assert names.index("checkpoint") < names.index("kernel_warmup") < names.index("inprocess")
     assert {spec.name for spec in check.STEPS if not spec.essential} == {"kernel_warmup", "overcap",
                                                                          "inprocess_torch", "inprocess_mixed",
-                                                                         "graphs"}
+                                                                         "graphs", "inprocess_shared"}
 
 
 def _fake_steps(monkeypatch, timings, sleeps, essential=None):

@@ -168,3 +168,27 @@ def test_a_repacked_wheel_installs_with_the_same_files_and_hashes(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "site" / "demo" / "__init__.py").read_bytes() == payload
+
+
+def test_the_shared_launcher_runs_this_interpreter_on_its_shared_libpython(tmp_path):
+    import sysconfig
+
+    from gpucheck import shared_launcher
+
+    version = "%d.%d" % sys.version_info[:2]
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        pytest.fail("the development interpreter is expected to be built with --enable-shared (pyenv's default here)")
+    library = shared_launcher.shared_library(sysconfig.get_config_var("LIBDIR"), version)
+    launcher = shared_launcher.build(library, tmp_path)
+    env = shared_launcher.environment(sys.executable)
+    assert shared_launcher.runs_shared(launcher, env) == {"version": sys.version.split()[0], "shared": True}
+    done = subprocess.run([str(launcher), "-c", "import intern_decision_model.graphs, torch; print('ok')"],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_no_shared_libpython_is_named(tmp_path):
+    from gpucheck import shared_launcher
+
+    with pytest.raises(shared_launcher.LauncherUnavailable, match="no libpython3.12.so.1.0 in"):
+        shared_launcher.shared_library(str(tmp_path), "3.12")
