@@ -14,6 +14,8 @@ import os
 # INV-5: set before anything can import torch or transformers.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# One thread pool is enough for a tokenizer that encodes one call at a time; the in-process baseline sets the same.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import logging  # noqa: E402
 import time  # noqa: E402
