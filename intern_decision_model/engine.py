@@ -165,7 +165,7 @@ class ServingEngine:
         guard = CallGuard(torch, device, settings.release_slack_bytes)
 
         first = cls._warm_up(engine)
-        cls._check_prompt_hash(module, engine.tokenizer, first)
+        cls._check_prompt_is_what_predict_scored(module, engine.tokenizer, first)
         vision = "kept"
         if not settings.keep_vision:
             if not hasattr(model.model, "visual"):
@@ -220,7 +220,7 @@ class ServingEngine:
         return result
 
     @staticmethod
-    def _check_prompt_hash(module: ModuleType, tokenizer: Any, warm_up: dict) -> None:
+    def _check_prompt_is_what_predict_scored(module: ModuleType, tokenizer: Any, warm_up: dict) -> None:
         text = render_prompt(module, tokenizer, WARMUP_REQUEST)
         counted = count_tokens(tokenizer, text)
         reported = wire_answer.input_tokens(warm_up)
