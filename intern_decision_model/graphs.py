@@ -248,7 +248,7 @@ class GraphRunner:
         no cache, the logits of 1..16 positions; None for anything else."""
         if args or self._paused or not self.on or not COVERED_KEYWORDS.issuperset(kwargs):
             return None
-        if not self._torch.is_inference_mode_enabled():  # the static buffers are inference tensors
+        if self._torch.is_grad_enabled():  # a forward for autograd is not one to replay
             return None
         tensor = self._torch.Tensor
         input_ids, mask, positions = (kwargs.get(name) for name in ("input_ids", "attention_mask", "logits_to_keep"))
@@ -267,7 +267,8 @@ class GraphRunner:
     def _record(self, shape: Shape) -> Graph | None:
         before = self._capture.reserved_bytes()
         try:
-            with self._torch.inference_mode():
+            # normal tensors, not inference ones: predict() may score under no_grad as well as inference_mode
+            with self._torch.inference_mode(False), self._torch.no_grad():
                 graph = Graph(self._torch, self._eager, shape, self._device, self._pad_id, self._capture,
                               lambda: eager_masks(self._model))
         except Exception as exc:

@@ -181,8 +181,25 @@ def test_calls_the_graphs_do_not_cover_run_eager(engine, runner_for):
             for kwargs in uncovered:
                 model(**kwargs)
     assert runner.graphs == {} and runner.sightings == {} and runner.calls == {"eager": 12}
-    model(input_ids=ids, use_cache=False, logits_to_keep=positions)  # outside inference mode: eager too
+    model(input_ids=ids, use_cache=False, logits_to_keep=positions)  # with autograd on: eager too
     assert runner.calls == {"eager": 13}
+
+
+def test_a_forward_under_no_grad_replays_as_under_inference_mode(engine, runner_for):
+    model = engine.backend.model
+    ids = engine.tokenizer("a state of a dozen tokens or so, to be read", return_tensors="pt")["input_ids"]
+    kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False,
+                  logits_to_keep=torch.tensor([2, ids.shape[1] - 1]))
+    with torch.inference_mode():
+        eager = model(**kwargs).logits
+    runner = runner_for(EXACT)
+    runner.prepare([Shape(ids.shape[1], 2)])
+    with torch.no_grad():
+        first = model(**kwargs).logits
+    with torch.inference_mode():
+        second = model(**kwargs).logits
+    assert runner.calls == {"captured": 1, "replayed": 2}
+    assert torch.equal(first, eager) and torch.equal(second, eager)
 
 
 def test_paused_runs_eager(engine, runner_for):
