@@ -6,7 +6,8 @@ intern_decision_inference_seconds               histogram of the model's time pe
                                                 predict(), the prompt hash and encoding the answer
 intern_decision_gpu_memory_bytes{kind}          reserved / allocated after the last call, peak_reserved since
                                                 startup, and baseline: reserved after the warm-up, what a call's
-                                                memory is released back to (all 0 on the CPU)
+                                                memory is released back to, grown by a CUDA graph captured
+                                                after it (all 0 on the CPU)
 intern_decision_model_info{...facts}            1, labelled with the pins and limits in force; the shim's /health
                                                 reads it from the metrics port and never waits behind an inference
 
@@ -40,7 +41,7 @@ class CallRecord:
 
 class ModelMetrics:
     def __init__(self, pb_utils: Any, model: str, facts: ModelFacts, read_memory: Callable[[], tuple[int, ...]],
-                 baseline_bytes: int = 0):
+                 read_baseline: Callable[[], int] = lambda: 0):
         family = pb_utils.MetricFamily
         base = {"model": model}
         # The families must stay referenced: deleting one unregisters its series.
@@ -64,7 +65,9 @@ class ModelMetrics:
         self._memory_shown: tuple[int, ...] | None = None
         self._read_memory = read_memory
         self._baseline = memory.Metric(labels={**base, "kind": "baseline"})  # kept referenced, like the families
-        self._baseline.set(baseline_bytes)
+        self._read_baseline = read_baseline
+        self._baseline_shown = read_baseline()
+        self._baseline.set(self._baseline_shown)
         info.Metric(labels={**base, **facts.to_labels()}).set(1)
         self._queue: queue.SimpleQueue[list[CallRecord] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._apply_queued, name="intern-decision-metrics", daemon=True)
@@ -97,3 +100,7 @@ class ModelMetrics:
             for gauge, value in zip(self._memory, memory):
                 gauge.set(value)
             self._memory_shown = memory
+        baseline = self._read_baseline()
+        if baseline != self._baseline_shown:
+            self._baseline.set(baseline)
+            self._baseline_shown = baseline

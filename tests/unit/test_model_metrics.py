@@ -83,12 +83,21 @@ def test_the_info_gauge_carries_the_facts_as_labels(pb):
 
 
 def test_the_post_warm_up_baseline_is_a_memory_kind_set_at_startup(pb):
-    metrics = ModelMetrics(pb, "intern_decision", FACTS, lambda: (12, 5, 20), baseline_bytes=9)
+    metrics = ModelMetrics(pb, "intern_decision", FACTS, lambda: (12, 5, 20), lambda: 9)
     assert pb.find("intern_decision_gpu_memory_bytes", kind="baseline").value == 9
     metrics.record([CallRecord("ok", 0.01, 10)])
     metrics.close()
     assert pb.find("intern_decision_gpu_memory_bytes", kind="baseline").value == 9
     assert pb.find("intern_decision_gpu_memory_bytes", kind="reserved").value == 12
+
+
+def test_a_baseline_grown_by_a_graph_captured_later_is_published_with_the_next_call(pb):
+    baseline = [9]
+    metrics = ModelMetrics(pb, "intern_decision", FACTS, lambda: (12, 5, 20), lambda: baseline[0])
+    baseline[0] = 9 + 64
+    metrics.record([CallRecord("ok", 0.01, 10)])
+    metrics.close()
+    assert pb.find("intern_decision_gpu_memory_bytes", kind="baseline").value == 73
 
 
 def test_a_failing_update_does_not_stop_the_metrics(pb):
