@@ -1,13 +1,7 @@
-"""Startup and per-request scoring around the checkpoint's own DecisionEngine.
+"""Startup and per-call scoring around the checkpoint's own DecisionEngine, whose prompt and readout are never ours.
 
-start() runs the contract's startup checks in order and refuses to serve (StartupRefused) when one fails:
-snapshot path and inference.py hash (INV-3), the CUDA device and arch list (INV-3), the VRAM cap before the weights
-load (INV-4), the fast linear-attention kernels on CUDA (unless the slow path is allowed explicitly), a warm-up that
-scores (INV-3), the prompt-hash check (INV-8) and the vision-tower swap (INV-7).
-answer_calls() scores a request's predict() calls under the CallGuard, one after another, and adds the prompt hash,
-prompt version and model facts to each. The hash is of the text predict() itself rendered (PromptCapture), so each
-call's prompt is rendered once.
-The prompt and the readout are always the checkpoint's; nothing here re-implements them.
+start() runs the contract's startup checks in order (docs/configuration.md) and refuses to serve when one fails;
+answer_calls() scores calls one after another under the CallGuard, each with the hash of the prompt predict() saw.
 """
 from __future__ import annotations
 

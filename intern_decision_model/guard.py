@@ -1,10 +1,6 @@
-"""One predict() call with the contract's failure handling and memory release (INV-4).
-
-An out-of-memory error, or a RuntimeError whose first line says "out of memory", becomes OutOfMemory; any other
-failure except ValueError is logged with its traceback and becomes ScoringFailed. Both are raised unchained, after
-the failed call's frames are gone, gc.collect() has run and the CUDA cache is emptied. ValueError (the model's
-validation) passes through. After every call, reserved memory more than the slack above the post-warm-up baseline
-is released. Every torch.cuda call is guarded by the device, so the same code runs on a CPU-only torch.
+"""One predict() call with the contract's failure handling and memory release (INV-4): OutOfMemory and ScoringFailed
+raised unchained once the failed call's memory is freed, ValueError passed through, reserved memory past the slack
+above the baseline released after every call. The same code runs on a CPU-only torch.
 """
 from __future__ import annotations
 

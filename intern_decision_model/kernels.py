@@ -1,12 +1,7 @@
-"""The one kernel probe: which linear-attention kernels the model runs, the fast ones (flash-linear-attention,
-causal-conv1d) or transformers' reference PyTorch path, which gives the same numbers far more slowly and which
-transformers falls back to silently when a package is missing or does not import.
-
-transformers picks each kernel once, when its modelling module is imported, and keeps the choice in the closure of
-the function the model's linear-attention layers call (`is_new_implementation`, and the chosen `implementation`);
-that choice is what is reported, not merely whether a package is installed. The model side (its startup check, the
-info metric, /health), the GPU check and the Triton image's build-time smoke check all read it here, so all three
-report the same `linear_attention` value.
+"""The one kernel probe: whether the linear-attention layers run the fast kernels (flash-linear-attention,
+causal-conv1d) or transformers' reference path, which it falls back to silently. What is read is the choice kept in
+the closure the layers call, not whether a package is installed; the startup check, /health, the GPU check and the
+image's smoke check all read it here.
 """
 from __future__ import annotations
 

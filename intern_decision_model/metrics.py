@@ -1,18 +1,7 @@
-"""Custom Prometheus metrics served on Triton's metrics port (Triton counts an error response as a success).
+"""The model's own series on Triton's metrics port (docs/operations.md, "The model's series").
 
-intern_decision_calls_total{outcome}            calls by outcome: ok, invalid, out_of_memory, failed
-intern_decision_input_tokens                    histogram of the prompt length of scored calls
-intern_decision_inference_seconds               histogram of the model's time per call: decoding the call,
-                                                predict(), the prompt hash and encoding the answer
-intern_decision_gpu_memory_bytes{kind}          reserved / allocated after the last call, peak_reserved since
-                                                startup, and baseline: reserved after the warm-up, what a call's
-                                                memory is released back to, grown by a CUDA graph captured
-                                                after it (all 0 on the CPU)
-intern_decision_model_info{...facts}            1, labelled with the pins and limits in force; the shim's /health
-                                                reads it from the metrics port and never waits behind an inference
-
-Every update is a round trip from the python backend stub to the server process, so callers only queue them; one
-thread applies them, off the response path (as NVIDIA's vLLM backend does), and close() flushes what is queued.
+Every update is a round trip from the stub to the server, so callers only queue them and one thread applies them,
+off the response path, as NVIDIA's vLLM backend does.
 """
 from __future__ import annotations
 
