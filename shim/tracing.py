@@ -1,0 +1,30 @@
+"""One trace per request with OpenTelemetry's SDK: spans go over OTLP/HTTP to INTERN_DECISION_OTLP_ENDPOINT, and
+nowhere when it is unset (the API's no-op tracer then: no span is recorded, nothing is sent).
+
+The spans are the request's (shim/edge/trace.py), the body's read and parse, the wait for the model's lock and each
+inference request to Triton, which carries the context on as a W3C traceparent header (shim/port/triton.py)."""
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+SERVICE_NAME = "intern-decision-shim"
+
+tracer = trace.get_tracer("intern_decision.shim")  # a proxy: the provider start() sets, else the no-op one
+
+
+def start(endpoint: str) -> TracerProvider:
+    """The process's tracer provider, exporting to endpoint in batches; shut it down to send what is left."""
+    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def current_trace_id() -> str | None:
+    """The trace id of the span in force, 32 lowercase hex digits, or None outside a recorded trace."""
+    context = trace.get_current_span().get_span_context()
+    return trace.format_trace_id(context.trace_id) if context.is_valid else None
