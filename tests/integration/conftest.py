@@ -9,6 +9,7 @@ import pytest
 from devstack.fixture import FixturePins, build_fixture
 from devstack.shim import ShimServer
 from devstack.triton import TritonServer
+from tests.otlp_receiver import OtlpReceiver
 
 from .helpers import (SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_BODY_BYTES, SHIM_MAX_QUEUE, SHIM_TOKEN, TEST_MAX_TOKENS,
                       model_env)
@@ -20,9 +21,18 @@ def fixture_pins(tmp_path_factory) -> FixturePins:
 
 
 @pytest.fixture(scope="session")
-def triton(fixture_pins, tmp_path_factory) -> TritonServer:
+def otlp() -> OtlpReceiver:
+    """Where the session's Triton sends its spans (OpenTelemetry mode), and a traced shim its own."""
+    with OtlpReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="session")
+def triton(fixture_pins, otlp, tmp_path_factory) -> TritonServer:
     log_path = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    with TritonServer(model_env(fixture_pins), log_path).serving(240) as server:
+    # Triton's spans sent every 200 ms rather than its exporter's 5 s, for the tracing test to wait less.
+    env = model_env(fixture_pins, OTEL_BSP_SCHEDULE_DELAY="200")
+    with TritonServer(env, log_path, otlp_endpoint=otlp.endpoint).serving(240) as server:
         yield server
 
 
