@@ -1,4 +1,5 @@
-"""Real servers for the integration tests: the fixture checkpoint, a tritonserver on CPU on free ports."""
+"""Real servers for the integration tests: the fixture checkpoint, a tritonserver on CPU on free ports (its spans sent
+to a real OTLP receiver), the shim, and a Prometheus scraping both."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,6 +14,7 @@ from tests.otlp_receiver import OtlpReceiver
 
 from .helpers import (SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_BODY_BYTES, SHIM_MAX_QUEUE, SHIM_TOKEN, TEST_MAX_TOKENS,
                       model_env)
+from .prometheus import Prometheus
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +46,14 @@ def shim(triton, tmp_path_factory) -> ShimServer:
            "INTERN_DECISION_BODY_TIMEOUT_SECONDS": str(SHIM_BODY_TIMEOUT_SECONDS),
            "INTERN_DECISION_PROBE_SECONDS": "3600"}
     with ShimServer(triton, env, tmp_path_factory.mktemp("shim") / "shim.log").serving(60) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def prometheus(triton, shim, tmp_path_factory) -> Prometheus:
+    """A real Prometheus scraping the session's Triton (job triton) and shim (job shim), as Compose's does."""
+    targets = {"triton": f"127.0.0.1:{triton.ports.metrics}", "shim": f"127.0.0.1:{shim.metrics_port}"}
+    with Prometheus(tmp_path_factory.mktemp("prometheus"), targets).serving(60) as server:
         yield server
 
 
