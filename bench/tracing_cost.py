@@ -6,7 +6,7 @@ this process, tests/otlp_receiver.py), and any --tree as is (e.g. an export of t
 
 Per variant: the shim process's CPU per one-question /decide (user+system from /proc, the exporter's thread
 included) and the client's latency p50 / p99, requests sent one after another on one kept-alive connection.
-Rounds are interleaved so that drift on a shared machine hits every variant alike. The fake model stands in for
+Rounds are interleaved, each led by another variant, so that drift on a shared machine hits every variant alike. The fake model stands in for
 Triton, so the traceparent header's few bytes on the hop to Triton are not counted.
 """
 from __future__ import annotations
@@ -83,8 +83,9 @@ def main() -> int:
                     *[(f"{tree.name} as is", tree.resolve(), None) for tree in args.tree]]
         cpu: dict[str, list[float]] = {name: [] for name, _, _ in variants}
         latency: dict[str, list[float]] = {name: [] for name, _, _ in variants}
-        for _ in range(args.rounds):
-            for name, tree, endpoint in variants:
+        for round_number in range(args.rounds):
+            turn = round_number % len(variants)  # each variant first in turn: no one always follows the same one
+            for name, tree, endpoint in variants[turn:] + variants[:turn]:
                 cpu_ms, latencies = measure(tree, endpoint, args.requests, log_path)
                 cpu[name].append(cpu_ms)
                 latency[name] += latencies

@@ -9,10 +9,6 @@ import contextlib
 from typing import ContextManager
 
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 SERVICE_NAME = "intern-decision-shim"
 
@@ -21,8 +17,15 @@ _OFF = contextlib.nullcontext()
 _on = False  # set once by start(), in python -m shim's process
 
 
-def start(endpoint: str) -> TracerProvider:
+def start(endpoint: str):
     """The process's tracer provider, exporting to endpoint in batches; shut it down to send what is left."""
+    # The SDK and the exporter (protobuf, requests) are loaded only when tracing is on: off, the process holds none
+    # of their objects, which its garbage collector would walk.
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     trace.set_tracer_provider(provider)
