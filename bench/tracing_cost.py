@@ -6,8 +6,8 @@ this process, tests/otlp_receiver.py), and any --tree as is (e.g. an export of t
 
 Per variant: the shim process's CPU per one-question /decide (user+system from /proc, the exporter's thread
 included) and the client's latency p50 / p99, requests sent one after another on one kept-alive connection.
-Rounds are interleaved, each led by another variant, so that drift on a shared machine hits every variant alike. The fake model stands in for
-Triton, so the traceparent header's few bytes on the hop to Triton are not counted.
+Rounds are interleaved, each led by another variant, so that drift on a shared machine hits every variant alike.
+The fake model stands in for Triton, so the traceparent header's few bytes on the hop to Triton are not counted.
 """
 from __future__ import annotations
 
