@@ -2,13 +2,9 @@
 installed only when tracing is on (shim/tracing.py)."""
 from __future__ import annotations
 
-from opentelemetry.trace import SpanKind
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..tracing import tracer
-
-_PROPAGATOR = TraceContextTextMapPropagator()
+from ..tracing import request_span
 
 
 class TraceRequest:
@@ -21,12 +17,11 @@ class TraceRequest:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        carrier = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
         route = self._route_of(scope["path"])
         attributes = {"http.request.method": scope["method"], "http.route": route, "url.path": scope["path"],
                       "intern_decision.request_id": scope.get("state", {}).get("request_id", "")}
-        with tracer.start_as_current_span(f"{scope['method']} {route}", context=_PROPAGATOR.extract(carrier),
-                                          kind=SpanKind.SERVER, attributes=attributes) as span:
+        with request_span(f"{scope['method']} {route}", headers, attributes) as span:
 
             async def send_with_status(message: Message) -> None:
                 if message["type"] == "http.response.start":

@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 
 import httptools
 import numpy as np
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.http import InferenceServerClient, InferInput
 from wire import ping, strict_json
@@ -26,13 +25,12 @@ from ..errors import (MODEL_FACTS_UNAVAILABLE, MODEL_NOT_ANSWERING, MODEL_NOT_RE
                       TRITON_UNREACHABLE, IncompleteAnswer, ModelFailure, Problem, from_triton, model_unavailable,
                       unreachable)
 from ..settings import ShimSettings
-from ..tracing import current_trace_id
+from ..tracing import current_trace_id, inject
 from .http1 import Http1Connection
 from .model import Probe
 
 TRANSPORT_ERRORS = (OSError, TimeoutError, httptools.HttpParserError)
 JSON_HEADERS = {"Accept": "application/json"}
-_PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def facts_from_metrics(text: str, model_name: str) -> ModelFacts | None:
@@ -77,7 +75,7 @@ class TritonModel:
         headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size),
                    **self._key}
         if trace_id is not None:  # Triton's spans join the request's trace; the model logs the trace id
-            _PROPAGATOR.inject(headers)
+            inject(headers)
         timeout = self._settings.call_timeout_seconds * len(requests)
         try:
             response = await self._inference.request("POST", self._infer_path, timeout, body, headers)
