@@ -1,4 +1,5 @@
-"""The shim's logs: one JSON object per line, the request id on every line written while a request is handled.
+"""The shim's logs: one JSON object per line, the request id on every line written while a request is handled, and
+its trace id while tracing is on (shim/tracing.py).
 
 The request id lives in a ContextVar (shim/context.py), set by the RequestId middleware for the task that handles
 the request; a filter on the handler copies it onto every record, uvicorn's own included (they share the handler
