@@ -19,6 +19,7 @@ from devstack.fixture import DEFAULT_ROOT, build_fixture
 from devstack.process import ServerExited, port_is_free
 from devstack.shim import ShimServer
 from wire import env as wire_env
+from wire import tracing
 
 CACHE = DEFAULT_ROOT.parent
 TOKEN_FILE = CACHE / "dev-token"
@@ -62,12 +63,17 @@ def up(args: argparse.Namespace) -> int:
         print(f"cannot start: already in use: {', '.join(taken)}; stop what listens there (another ./dev up? "
               f"Ctrl-C stops it) or choose another port with the flag named", file=sys.stderr)
         return 2
+    try:  # set, the shim (which reads the same environment) and Triton both trace to it
+        otlp_endpoint = tracing.otlp_endpoint(os.environ)
+    except ValueError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 2
     print(f"building or reusing the fixture checkpoint under {DEFAULT_ROOT} ...", flush=True)
     pins = build_fixture(DEFAULT_ROOT)
     env = pins.env()
     env.update({"INTERN_DECISION_DEVICE": "cpu", "INTERN_DECISION_DTYPE": "float32"})
     ports = triton.Ports(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port)
-    server = triton.TritonServer(env, CACHE / "tritonserver.log", ports=ports)
+    server = triton.TritonServer(env, CACHE / "tritonserver.log", ports=ports, otlp_endpoint=otlp_endpoint)
     write_private(TRITON_KEY_FILE, server.api_key)
     shim = ShimServer(server, {"INTERN_DECISION_API_TOKEN": dev_token()}, CACHE / "shim.log", port=args.port,
                       metrics_port=args.metrics_port)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from wire.ping import API_KEY_HEADER
 from wire.protocol import MODEL_NAME
+from wire.tracing import triton_trace_flags
 
 from devstack.process import ManagedProcess, free_ports
 
@@ -76,8 +77,9 @@ class Ports:
 
 def server_command(ports: Ports, api_key: str, shm_prefix: str, model_repository: Path = MODEL_REPOSITORY,
                    config_name: str | None = "cpu", root: Path | None = None,
-                   models: tuple[str, ...] = (MODEL_NAME,)) -> list[str]:
-    """config_name None: the model's own config.pbtxt (production); else configs/<config_name>.pbtxt."""
+                   models: tuple[str, ...] = (MODEL_NAME,), otlp_endpoint: str | None = None) -> list[str]:
+    """config_name None: the model's own config.pbtxt (production); else configs/<config_name>.pbtxt. otlp_endpoint:
+    where Triton sends its spans (OpenTelemetry mode), None for no tracing."""
     root = root or bundled_server_root()
     config = [f"--model-config-name={config_name}"] if config_name else []
     restricted = f"{','.join(RESTRICTED_APIS)}:{API_KEY_HEADER}={api_key}"
@@ -97,6 +99,7 @@ def server_command(ports: Ports, api_key: str, shm_prefix: str, model_repository
         "--allow-gpu-metrics=false",
         "--pinned-memory-pool-byte-size=0",
         "--disable-auto-complete-config",
+        *(triton_trace_flags(otlp_endpoint) if otlp_endpoint else []),
     ]
 
 
@@ -167,18 +170,19 @@ class TritonServer(ManagedProcess):
     """tritonserver with the model repository on the CPU config (or another), ready when /v2/health/ready answers.
 
     root and python default to this environment's nvidia-pytriton and interpreter. api_key: the value of the
-    triton-api-key header its restricted APIs require; a new random one by default.
+    triton-api-key header its restricted APIs require; a new random one by default. otlp_endpoint: where Triton
+    sends its spans (server_command).
     """
 
     def __init__(self, env: dict[str, str], log_path: Path, ports: Ports | None = None,
                  model_repository: Path = MODEL_REPOSITORY, config_name: str | None = "cpu",
                  root: Path | None = None, python: str | None = None, models: tuple[str, ...] = (MODEL_NAME,),
-                 api_key: str | None = None):
+                 api_key: str | None = None, otlp_endpoint: str | None = None):
         self.ports = ports or Ports.free()
         self.api_key = api_key or secrets.token_urlsafe(32)
         self.shm_prefix = f"intern_decision_{secrets.token_hex(6)}_"
         command = server_command(self.ports, self.api_key, self.shm_prefix, model_repository, config_name, root,
-                                 models)
+                                 models, otlp_endpoint)
         super().__init__("tritonserver", command, server_environment(env, python), log_path,
                          f"http://{self.http_url}/v2/health/ready")
 

@@ -165,6 +165,8 @@ TRITON_CACHE_DIR = TRITON_HOME + "/.triton/cache"  # OpenAI Triton's kernel cach
 TRITON_TMPFS = ["/tmp:size=1g", f"{TRITON_HOME}:size=1g,uid=10001,gid=10001,mode=0700"]
 # Memory limits, as the Kubernetes pods have them.
 TRITON_MEMORY, SHIM_MEMORY, HAPROXY_MEMORY, PROMETHEUS_MEMORY, POD_MEMORY = "48g", "2g", "256m", "2g", "16m"
+GRAFANA_MEMORY = "512m"
+GRAFANA_IMAGE = "grafana/grafana:11.6.0"  # docker/compose.yaml pins the same
 # What holds a replica's network namespace, as a pod's pause container does: it runs nothing, so it outlives every
 # restart of Triton (the watchdog's heal) and of the shim, and both keep meeting on its 127.0.0.1. Were the
 # namespace Triton's own, a restarted Triton would come back in a new one and strand the shim in the old.
@@ -294,6 +296,7 @@ def compose_file(gpus: int, next_token: bool = False, timing: dict | None = None
         "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
         **_hardened(PROMETHEUS_MEMORY),
     }
+    services["grafana"] = grafana_service("../../deploy/grafana")
     secrets = {"api_token": {"file": "../secrets/api_token"}, "triton_api_key": {"file": "../secrets/triton_api_key"}}
     if next_token:
         secrets["api_token_next"] = {"file": "../secrets/api_token_next"}
@@ -302,7 +305,33 @@ def compose_file(gpus: int, next_token: bool = False, timing: dict | None = None
         "services": services,
         "secrets": secrets,
         "networks": {"backend": {"internal": True}, "edge": {}},
-        "volumes": {"prometheus-data": {}},
+        "volumes": {"prometheus-data": {}, "grafana-data": {}},
+    }
+
+
+def grafana_service(grafana_dir: str) -> dict:
+    """Grafana with the generated dashboard and its Prometheus datasource, as in docker/compose.yaml (a test holds the
+    two equal); grafana_dir: deploy/grafana/ relative to the compose file."""
+    return {
+        "image": GRAFANA_IMAGE,
+        "environment": {
+            "GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
+            "GF_AUTH_DISABLE_LOGIN_FORM": "true", "GF_AUTH_BASIC_ENABLED": "false",
+            "GF_ANALYTICS_REPORTING_ENABLED": "false", "GF_ANALYTICS_CHECK_FOR_UPDATES": "false",
+            "GF_ANALYTICS_CHECK_FOR_PLUGIN_UPDATES": "false", "GF_LOG_MODE": "console",
+            "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": "/etc/grafana/dashboards/intern-decision.json",
+        },
+        "volumes": [f"{grafana_dir}/provisioning:/etc/grafana/provisioning:ro",
+                    f"{grafana_dir}/intern-decision.json:/etc/grafana/dashboards/intern-decision.json:ro",
+                    "grafana-data:/var/lib/grafana"],
+        "ports": ["127.0.0.1:${GRAFANA_PORT:-3000}:3000"],
+        "depends_on": ["prometheus"],
+        "networks": ["backend", "edge"],
+        "healthcheck": {"test": ["CMD", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:3000/api/health"],
+                        "interval": "30s", "timeout": "5s", "retries": 3},
+        "restart": "on-failure:3",
+        "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
+        **_hardened(GRAFANA_MEMORY),
     }
 
 

@@ -34,7 +34,7 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 # the interpreter it runs (with numpy 2 it dies on the first string tensor while readiness stays green). uvloop is
 # not carried (4.3 MiB): the GPU machine has it, and without it uvicorn runs asyncio's own loop. mcp is not carried
 # either (its closure, cryptography and pydantic among it, would not fit): the check's shim runs with
-# INTERN_DECISION_MCP=0.
+# INTERN_DECISION_MCP=0. Nor is OpenTelemetry: the check's shim traces nothing, and imports none of it then.
 SERVICE_REQUIREMENTS = (
     "tritonclient[http]==2.73.0",
     "starlette>=0.40",

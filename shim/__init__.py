@@ -8,7 +8,8 @@ app         the Starlette application: wiring only; one CallRunner (one lock) fo
 server/     uvicorn as python -m shim runs a Service, each connection bounded before the app: the limits, the
             connections' roster, the refusals it writes itself, the protocol, the draining server      (I/O)
 edge/       the request before any route, pure ASGI middleware, one concern each, ordered in app:
-            request_id, access (one access line and the request series), framing (Transfer-Encoding; an answer
+            request_id, trace (the request's span, the caller's traceparent continued; only when tracing is on),
+            access (one access line and the request series), framing (Transfer-Encoding; an answer
             before the body's end closes the connection), auth (401, with tokens), draining (503 once the drain
             refuses), body (415 for an unknown Content-Encoding; once admitted, the body read within its limits
             and decoded by encoding), admission (429, at most MAX_QUEUE), disconnect (the client's leaving watched)
@@ -41,6 +42,7 @@ client_gone
 context     the request's id and usage, in ContextVars the middleware, the logs and the services share
 settings    configuration from INTERN_DECISION_* (validated, fail closed)
 metrics     the Prometheus series, served on a port of their own                                    (I/O)
-logs        JSON log lines, the request id on every one                                              (pure)
+logs        JSON log lines, the request id on every one, the trace id while tracing is on              (pure)
+tracing     OpenTelemetry's tracer: the spans exported over OTLP/HTTP when OTLP_ENDPOINT is set, else none
 openapi.json  the surface's OpenAPI document, served at /openapi.json
 """

@@ -12,7 +12,7 @@ import logging.config
 import os
 import sys
 
-from . import logs, metrics, server
+from . import logs, metrics, server, tracing
 from .app import build_service
 from .settings import ShimSettings
 
@@ -41,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.config.dictConfig(log_config)
     if metrics_address is not None:
         logging.getLogger("intern_decision.shim").info("metrics on http://%s:%d/metrics", host, metrics_port)
-    server.run(build_service(settings, metrics=shim_metrics), settings.host, settings.port, log_config)
+    provider = tracing.start(settings.otlp_endpoint) if settings.otlp_endpoint else None
+    try:
+        server.run(build_service(settings, metrics=shim_metrics), settings.host, settings.port, log_config)
+    finally:
+        if provider is not None:
+            provider.shutdown()  # the spans still queued are sent
     return 0
 
 

@@ -33,6 +33,7 @@ from .edge.draining import RefuseWhileDraining
 from .edge.framing import CloseUnread, TransferEncodingGuard
 from .edge.request_id import RequestId
 from .edge.tokens import AcceptedTokens
+from .edge.trace import TraceRequest
 from .exception_handlers import EXCEPTION_HANDLERS
 from .health import HealthCheck, health_route
 from .metrics import ShimMetrics
@@ -126,6 +127,8 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         # Outside the last-resort 500, so that even it carries the request id, the access line and TypeSafe's
         # conventions on the System One paths.
         Middleware(RequestId),
+        # The request's span, the caller's trace continued (only when tracing is on: off, not a layer at all).
+        *([Middleware(TraceRequest, route_of=metrics.route_of)] if settings.otlp_endpoint else []),
         Middleware(SystemOneConventions, TYPESAFE_PREFIXES),
         Middleware(AccessLog, metrics=metrics),
         # The request's framing: an answer before the body's end closes the connection; Transfer-Encoding other

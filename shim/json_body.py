@@ -21,6 +21,8 @@ from typing import Any
 
 from wire import strict_json
 
+from .tracing import span
+
 ON_LOOP_BYTES = 8 * 1024
 
 
@@ -51,6 +53,7 @@ _parser = _Parser()
 
 async def strict_body(raw: bytes, what: str = "the body") -> Any:
     """The value of `raw`; strict_json.NotStrictJson, naming `what`, unless it is strict JSON."""
-    if len(raw) <= ON_LOOP_BYTES:
-        return strict_json.loads(raw, what)
-    return await _parser.parse(raw, what)
+    with span("parse body"):
+        if len(raw) <= ON_LOOP_BYTES:
+            return strict_json.loads(raw, what)
+        return await _parser.parse(raw, what)

@@ -1,4 +1,5 @@
-"""The shim's logs: one JSON object per line, the request id on every line written while a request is handled.
+"""The shim's logs: one JSON object per line, the request id on every line written while a request is handled, and
+its trace id while tracing is on (shim/tracing.py).
 
 The request id lives in a ContextVar (shim/context.py), set by the RequestId middleware for the task that handles
 the request; a filter on the handler copies it onto every record, uvicorn's own included (they share the handler
@@ -11,10 +12,11 @@ import logging
 import time
 
 from .context import request_id
+from .tracing import current_trace_id
 
 # What every LogRecord has; anything else on a record came from extra= and is written as a field of its own.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message", "asctime", "request_id",
+    "message", "asctime", "request_id", "trace_id",
     "color_message",  # uvicorn's coloured copy of the message
 }
 
@@ -22,11 +24,12 @@ _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, No
 class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id.get()
+        record.trace_id = current_trace_id()
         return True
 
 
 class JsonFormatter(logging.Formatter):
-    """{"ts", "level", "logger", "message", "request_id", ...extra fields, "exception"?} on one line."""
+    """{"ts", "level", "logger", "message", "request_id", "trace_id"?, ...extra fields, "exception"?} on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
@@ -36,6 +39,9 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             "request_id": getattr(record, "request_id", None),
         }
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id is not None:  # only while tracing is on
+            line["trace_id"] = trace_id
         for key, value in record.__dict__.items():
             if key not in _RECORD_ATTRIBUTES:
                 line[key] = value

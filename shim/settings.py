@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from wire.env import PREFIX, get, integer, listen_port, port_number, positive_number
+from wire.tracing import otlp_endpoint
 
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+")
@@ -66,6 +67,8 @@ class ShimSettings:
     port: int = DEFAULT_PORT
     metrics_host: str = ""
     metrics_port: int = DEFAULT_METRICS_PORT
+    # Where the request's spans go over OTLP/HTTP (shim/tracing.py); None: tracing off, nothing recorded or sent.
+    otlp_endpoint: str | None = None
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
@@ -130,6 +133,7 @@ class ShimSettings:
             port=listen,
             metrics_host=get(env, "METRICS_HOST"),
             metrics_port=_metrics_port(env, listen),
+            otlp_endpoint=otlp_endpoint(env),
         )
 
 

@@ -6,6 +6,7 @@ facts        the model's facts: typed, and to and from the labels of the model's
 answer       one call's answer: the keys the model adds to predict()'s output, and the typed answer the shim reads
 ping         the ping, what answers it, Triton's API key header; python -m wire.ping for healthchecks
 env          how an INTERN_DECISION_* value is read (both sides' settings), port numbers, host:port addresses
+tracing      OTLP_ENDPOINT, where spans go (the shim's and Triton's), and tritonserver's flags for it
 
 docs/wire-protocol.md describes the protocol in prose.
 """

@@ -8,6 +8,7 @@ failure in call k stops the request there and answers a Triton error whose messa
 from __future__ import annotations
 
 import enum
+import json
 import re
 from dataclasses import dataclass
 
@@ -18,6 +19,18 @@ RESPONSE = "RESPONSE"
 # configs/cpu.pbtxt, which cannot import this module (tests/unit/test_wire.py holds them to these names).
 DATATYPE = "BYTES"
 CONFIG_DATA_TYPE = "TYPE_STRING"
+# A traced request's trace id (32 hex digits), a string parameter of the inference request, for the model's call log.
+TRACE_ID_PARAMETER = "trace_id"
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def trace_id_of(parameters: str | None) -> str | None:
+    """The trace id in an inference request's parameters (their JSON, as the python backend gives them), or None."""
+    try:
+        value = json.loads(parameters or "{}").get(TRACE_ID_PARAMETER)
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and _TRACE_ID.fullmatch(value) else None
 
 
 class Kind(enum.Enum):

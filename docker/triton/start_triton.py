@@ -24,7 +24,9 @@ Fails closed, exit 2 with one line on stderr, before tritonserver starts, when:
 * the key file is missing, empty, shorter than 32 characters or holds anything but A-Z a-z 0-9 _ -
   (Triton splits the flag at ':' ',' and '=');
 * an INTERN_DECISION_API_TOKEN* variable is set: the shim's API token must never reach tritonserver;
-* an extra argument tries to replace the model repository, the restricted APIs or the ports.
+* an extra argument tries to replace the model repository, the restricted APIs or the ports;
+* INTERN_DECISION_OTLP_ENDPOINT is set but is not an http(s) URL (wire/tracing.py). Set, Triton traces every
+  inference in OpenTelemetry mode and exports the spans there; a request with a traceparent joins its caller's trace.
 """
 from __future__ import annotations
 
@@ -83,6 +85,19 @@ def check_environment(env: Mapping[str, str]) -> None:
         raise Refused(f"{', '.join(leaked)} must not reach tritonserver: the API token belongs to the shim alone")
 
 
+def tracing_flags(env: Mapping[str, str]) -> list[str]:
+    """OpenTelemetry tracing to INTERN_DECISION_OTLP_ENDPOINT when it is set (wire/tracing.py); none otherwise."""
+    if not env.get("INTERN_DECISION_OTLP_ENDPOINT"):
+        return []
+    from wire.tracing import otlp_endpoint, triton_trace_flags  # the image's site-packages, as the model's
+
+    try:
+        endpoint = otlp_endpoint(env)
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
+    return triton_trace_flags(endpoint)
+
+
 def command(key: str, extra: list[str]) -> list[str]:
     for argument in extra:
         if argument.split("=", 1)[0] in _OWNED:
@@ -135,7 +150,7 @@ def remove_stale_regions(shared_memory: Path = SHARED_MEMORY) -> list[Path]:
 def main(argv: list[str], env: Mapping[str, str]) -> list[str]:
     """The tritonserver argv to exec; raises Refused."""
     check_environment(env)
-    return command(read_key(env), argv)
+    return command(read_key(env), [*tracing_flags(env), *argv])
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ ordered in shim/app.py. For a POST, in the contract's order: auth (401), drainin
 the disconnect watch.
 
 request_id  X-Request-Id on every response, and the request's ContextVar
+trace       the request's span, continuing the caller's traceparent (installed only when tracing is on)
 access      one access line and the request series per request
 framing     Transfer-Encoding other than chunked refused; an answer before the body's end closes the connection
 auth        the bearer token

@@ -20,6 +20,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..error_codes import INVALID, REQUEST_TIMEOUT, TOO_LARGE, UNSUPPORTED_MEDIA_TYPE
+from ..tracing import span
 from .encoding import IDENTITY, BodyDecoder, BodyTooLarge, UndecodableBody, UnsupportedEncoding, content_encoding
 from .refusal import is_post, refuse
 
@@ -59,8 +60,9 @@ class BodyReader:
         headers = Headers(scope=scope)
         encoding = content_encoding(headers.getlist("content-encoding"))  # a known one: KnownEncoding refused others
         try:
-            async with asyncio.timeout(self._body_timeout):
-                body = await self._read(receive, encoding, declared_length(headers))
+            with span("read body"):
+                async with asyncio.timeout(self._body_timeout):
+                    body = await self._read(receive, encoding, declared_length(headers))
         except TimeoutError:
             await refuse(scope, receive, send, REQUEST_TIMEOUT,
                          f"the body did not arrive within {self._body_timeout:g} s (BODY_TIMEOUT_SECONDS)",

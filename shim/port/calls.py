@@ -12,6 +12,7 @@ from ..drain import Drain
 from ..errors import ModelFailure
 from ..client_gone import ClientGone
 from ..metrics import ShimMetrics
+from ..tracing import span
 from .model import Model
 from .waiting import acquire
 
@@ -40,7 +41,8 @@ class CallRunner:
         try:
             # a request whose client went away first is never scored; one still waiting when a drain stops the queue
             # is answered 503 draining (QueueStopped)
-            await acquire(self._lock, self._drain)
+            with span("wait for the model"):
+                await acquire(self._lock, self._drain)
         except ClientGone:
             self._metrics.client_gone.inc()
             raise
@@ -48,7 +50,8 @@ class CallRunner:
             self._metrics.queued.dec()
         scoring_started = time.perf_counter()
         try:
-            answers = await self._model.predict_calls(requests, request_id)
+            with span("infer", {"intern_decision.calls": len(requests)}):
+                answers = await self._model.predict_calls(requests, request_id)
         except ModelFailure as failure:
             self._metrics.triton_error(failure.failure)
             raise

@@ -19,12 +19,13 @@ from wire import ping, strict_json
 from wire.answer import AnswerUnreadable, CallAnswer
 from wire.env import host_port
 from wire.facts import INFO_METRIC, ModelFacts
-from wire.protocol import DATATYPE, REQUEST, RESPONSE
+from wire.protocol import DATATYPE, REQUEST, RESPONSE, TRACE_ID_PARAMETER
 
 from ..errors import (MODEL_FACTS_UNAVAILABLE, MODEL_NOT_ANSWERING, MODEL_NOT_READY, TRITON_NOT_READY,
                       TRITON_UNREACHABLE, IncompleteAnswer, ModelFailure, Problem, from_triton, model_unavailable,
                       unreachable)
 from ..settings import ShimSettings
+from ..tracing import current_trace_id, inject
 from .http1 import Http1Connection
 from .model import Probe
 
@@ -68,9 +69,13 @@ class TritonModel:
         CallAnswer; the whole request fails with the first call that fails."""
         tensor = InferInput(REQUEST, [len(requests)], DATATYPE)
         tensor.set_data_from_numpy(np.array(call_texts(requests), dtype=np.object_))
-        body, json_size = InferenceServerClient.generate_request_body([tensor], request_id=request_id)
+        trace_id = current_trace_id()
+        body, json_size = InferenceServerClient.generate_request_body(
+            [tensor], request_id=request_id, parameters=None if trace_id is None else {TRACE_ID_PARAMETER: trace_id})
         headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size),
                    **self._key}
+        if trace_id is not None:  # Triton's spans join the request's trace; the model logs the trace id
+            inject(headers)
         timeout = self._settings.call_timeout_seconds * len(requests)
         try:
             response = await self._inference.request("POST", self._infer_path, timeout, body, headers)

@@ -1,4 +1,5 @@
-"""Real servers for the integration tests: the fixture checkpoint, a tritonserver on CPU on free ports."""
+"""Real servers for the integration tests: the fixture checkpoint, a tritonserver on CPU on free ports (its spans sent
+to a real OTLP receiver), the shim, and a Prometheus scraping both."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,9 +10,11 @@ import pytest
 from devstack.fixture import FixturePins, build_fixture
 from devstack.shim import ShimServer
 from devstack.triton import TritonServer
+from tests.otlp_receiver import OtlpReceiver
 
 from .helpers import (SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_BODY_BYTES, SHIM_MAX_QUEUE, SHIM_TOKEN, TEST_MAX_TOKENS,
                       model_env)
+from .prometheus import Prometheus
 
 
 @pytest.fixture(scope="session")
@@ -20,9 +23,18 @@ def fixture_pins(tmp_path_factory) -> FixturePins:
 
 
 @pytest.fixture(scope="session")
-def triton(fixture_pins, tmp_path_factory) -> TritonServer:
+def otlp() -> OtlpReceiver:
+    """Where the session's Triton sends its spans (OpenTelemetry mode), and a traced shim its own."""
+    with OtlpReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="session")
+def triton(fixture_pins, otlp, tmp_path_factory) -> TritonServer:
     log_path = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    with TritonServer(model_env(fixture_pins), log_path).serving(240) as server:
+    # Triton's spans sent every 200 ms rather than its exporter's 5 s, for the tracing test to wait less.
+    env = model_env(fixture_pins, OTEL_BSP_SCHEDULE_DELAY="200")
+    with TritonServer(env, log_path, otlp_endpoint=otlp.endpoint).serving(240) as server:
         yield server
 
 
@@ -34,6 +46,14 @@ def shim(triton, tmp_path_factory) -> ShimServer:
            "INTERN_DECISION_BODY_TIMEOUT_SECONDS": str(SHIM_BODY_TIMEOUT_SECONDS),
            "INTERN_DECISION_PROBE_SECONDS": "3600"}
     with ShimServer(triton, env, tmp_path_factory.mktemp("shim") / "shim.log").serving(60) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def prometheus(triton, shim, tmp_path_factory) -> Prometheus:
+    """A real Prometheus scraping the session's Triton (job triton) and shim (job shim), as Compose's does."""
+    targets = {"triton": f"127.0.0.1:{triton.ports.metrics}", "shim": f"127.0.0.1:{shim.metrics_port}"}
+    with Prometheus(tmp_path_factory.mktemp("prometheus"), targets).serving(60) as server:
         yield server
 
 

@@ -5,65 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import httpx
 import pytest
 
-from devstack.process import ManagedProcess, free_port
 from tests.tools import required_tool
 
 from .helpers import AUTH, SHIM_TOKEN
 
 pytestmark = pytest.mark.triton
-SCRAPE_SECONDS = 1
 OPTIONS = [{"id": "yes", "description": "It holds."}, {"id": "no", "description": "It does not."}]
-
-
-class Prometheus(ManagedProcess):
-    """Debian's prometheus binary scraping the given targets every SCRAPE_SECONDS, its data in a temporary folder."""
-
-    def __init__(self, folder: Path, targets: dict[str, str]):
-        self.port = free_port()
-        config = folder / "prometheus.yml"
-        jobs = [{"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in targets.items()]
-        config.write_text(json.dumps({"global": {"scrape_interval": f"{SCRAPE_SECONDS}s",
-                                                 "scrape_timeout": f"{SCRAPE_SECONDS}s"},
-                                      "scrape_configs": jobs}))
-        command = [required_tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
-                   f"--web.listen-address=127.0.0.1:{self.port}"]
-        super().__init__("prometheus", command, {}, folder / "prometheus.log", f"http://127.0.0.1:{self.port}/-/ready")
-
-    def query(self, expression: str, at: float | None = None) -> list[dict]:
-        parameters = {"query": expression, **({"time": f"{at:.3f}"} if at is not None else {})}
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(parameters)
-        with urllib.request.urlopen(url, timeout=5) as response:
-            body = json.load(response)
-        assert body["status"] == "success", body
-        return body["data"]["result"]
-
-    def values(self, expression: str, labels: tuple[str, ...], at: float | None = None) -> dict[tuple, float]:
-        return {tuple(series["metric"].get(label, "") for label in labels): float(series["value"][1])
-                for series in self.query(expression, at)}
-
-    def wait_for_scrapes_after(self, moment: float, jobs: tuple[str, ...], timeout: float = 20) -> None:
-        """Until every job has a successful scrape that started after moment."""
-        deadline = time.monotonic() + timeout
-        while True:
-            scraped = self.values("timestamp(up == 1)", ("job",))
-            if all(scraped.get((job,), 0) > moment for job in jobs):
-                return
-            assert time.monotonic() < deadline, f"no scrape of {jobs} after {moment}: {scraped}\n{self.log_text()}"
-            time.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def prometheus(triton, shim, tmp_path_factory):
-    targets = {"triton": f"127.0.0.1:{triton.ports.metrics}", "shim": f"127.0.0.1:{shim.metrics_port}"}
-    with Prometheus(tmp_path_factory.mktemp("prometheus"), targets).serving(60) as server:
-        yield server
 
 
 def deltas(after: dict[tuple, float], before: dict[tuple, float]) -> dict[tuple, float]:

@@ -40,9 +40,9 @@ def mentions(service: dict, text: str) -> bool:
 
 # --- secrets and env files -----------------------------------------------------------------------------------
 
-def test_the_five_services_exist(services):
+def test_the_six_services_exist(services):
     # pod: the pause container that holds the replica's network namespace (tests/unit/test_compose_lifecycle.py)
-    assert set(services) == {"pod", "triton", "shim", "haproxy", "prometheus"}
+    assert set(services) == {"pod", "triton", "shim", "haproxy", "prometheus", "grafana"}
 
 
 def test_no_env_file_is_shared_between_services(services):
@@ -54,6 +54,7 @@ def test_no_env_file_is_shared_between_services(services):
     assert env_files(services["triton"]) == ["triton.env"]
     assert env_files(services["shim"]) == ["shim.env"]
     assert env_files(services["prometheus"]) == [] and env_files(services["haproxy"]) == []
+    assert env_files(services["grafana"]) == []
     assert env_files(services["pod"]) == []
 
 
@@ -127,7 +128,9 @@ def test_one_gpu_gets_the_balancer_in_front_published_on_localhost_only_by_defau
     # The shim is never published itself: HAProxy, with its per-source bounds, is in front of it as for N GPUs.
     assert "ports" not in services["shim"]
     published = {name for name, service in services.items() if service.get("ports")}
-    assert published == {"haproxy", "prometheus"}
+    assert published == {"haproxy", "prometheus", "grafana"}
+    for local in ("prometheus", "grafana"):  # where the metrics are: this host alone
+        assert [port.host_ip for port in ports(services[local], {"SHIM_BIND": "0.0.0.0"})] == ["127.0.0.1"]
     (port,) = ports(services["haproxy"], {})
     assert (port.host_ip, port.published, port.target) == ("127.0.0.1", "8080", "8080")
     # SHIM_BIND (documented in docker/.env.example) is the one way to publish it wider.
@@ -204,11 +207,27 @@ def test_prometheus_loads_the_alert_rules_from_beside_its_config(services):
     assert "./alerts.yml:/etc/prometheus/alerts.yml:ro" in mounts
 
 
+def test_grafana_shows_the_generated_dashboard_from_the_compose_prometheus_view_only(services):
+    grafana = services["grafana"]
+    env = environment(grafana)
+    assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer" and env["GF_AUTH_DISABLE_LOGIN_FORM"] == "true"
+    mounts = {target: (source, mode) for source, target, mode in
+              (mount.split(":") for mount in grafana["volumes"] if mount.count(":") == 2)}
+    source, mode = mounts["/etc/grafana/dashboards/intern-decision.json"]
+    assert (DOCKER / source).resolve() == REPO / "deploy" / "grafana" / "intern-decision.json" and mode == "ro"
+    source, mode = mounts["/etc/grafana/provisioning"]
+    assert (DOCKER / source).resolve() == REPO / "deploy" / "grafana" / "provisioning" and mode == "ro"
+    assert set(grafana["networks"]) == {"backend", "edge"}  # Prometheus on the internal network, published on edge
+    renderer = load_script("docker/multi_gpu.py")
+    rendered = renderer.grafana_service("../deploy/grafana")
+    assert (grafana["image"], env) == (rendered["image"], rendered["environment"])
+
+
 def test_which_container_sees_which_secret(services):
     seen = {name: sorted(secret_names(service)) for name, service in services.items()}
     # Triton runs the checkpoint's own code: its key only, never the API token.
     assert seen == {"triton": [TRITON_KEY_SECRET], "shim": [API_TOKEN_SECRET, TRITON_KEY_SECRET], "haproxy": [],
-                    "prometheus": [], "pod": []}
+                    "prometheus": [], "grafana": [], "pod": []}
 
 
 # --- hardening, caches, the grace period ---------------------------------------------------------------------
@@ -265,7 +284,7 @@ def test_tritons_liveness_ping_is_allowed_one_calls_time_and_the_check_more(serv
 # --- health, restarts, mounts --------------------------------------------------------------------------------
 
 def test_healthchecks(services):
-    for name in ("triton", "shim", "prometheus"):
+    for name in ("triton", "shim", "prometheus", "grafana"):
         check = services[name]["healthcheck"]
         assert check["test"][0] == "CMD" and not check.get("disable")
     assert services["triton"]["healthcheck"]["test"][-2:] == ["/opt/intern-decision/healthcheck.py", "triton"]

@@ -421,3 +421,14 @@ def test_the_smoke_check_refuses_to_run_outside_isolated_mode(tmp_path):
     result = subprocess.run([sys.executable, str(REPO / "docker/triton/smoke_check.py"),
                              str(REPO / "constraints/triton-image.txt")], capture_output=True, text=True)
     assert result.returncode == 2 and "python -I" in result.stderr
+
+
+def test_the_start_script_traces_to_the_otlp_endpoint_or_refuses_a_bad_one(start_triton, tmp_path):
+    env = key_env(tmp_path, KEY)
+    assert not [word for word in start_triton.main([], env) if word.startswith("--trace-config")]
+    traced = start_triton.main([], {**env, "INTERN_DECISION_OTLP_ENDPOINT": "http://collector:4318/v1/traces"})
+    assert "--trace-config=mode=opentelemetry" in traced
+    assert "--trace-config=opentelemetry,url=http://collector:4318/v1/traces" in traced
+    for bad in ("collector:4318", "http://collector:4318/v1/traces,x", "ftp://collector/"):
+        with pytest.raises(start_triton.Refused, match="INTERN_DECISION_OTLP_ENDPOINT"):
+            start_triton.main([], {**env, "INTERN_DECISION_OTLP_ENDPOINT": bad})

@@ -14,7 +14,8 @@ PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # How the two sides' settings modules read a variable: get(env, "NAME"), integer(env, "NAME", ...), and the like.
 READ = re.compile(r"\(env, \"([A-Z0-9_]+)\"")
-SETTINGS_SOURCES = ("shim/settings.py", "intern_decision_model/settings.py")
+# wire/tracing.py: OTLP_ENDPOINT, read by the shim's settings and Triton's start script alike.
+SETTINGS_SOURCES = ("shim/settings.py", "intern_decision_model/settings.py", "wire/tracing.py")
 # Read elsewhere than the settings modules: the ping's timeout of the Triton container's healthcheck
 # (docker/healthcheck.py, through wire/env.py as the settings are).
 READ_ELSEWHERE = {"PING_TIMEOUT_SECONDS"}

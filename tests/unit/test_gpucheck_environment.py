@@ -78,8 +78,9 @@ def test_the_carry_holds_every_package_of_the_shim_but_the_one_the_gpu_machine_h
     shim = {Requirement(text).name for text in extras["shim"]}
     carried = {Requirement(text).name for text in carry.SERVICE_REQUIREMENTS}
     # uvloop: on the GPU machine already, and uvicorn runs asyncio's loop without it; mcp: its closure would not
-    # fit the carry, and the check serves with INTERN_DECISION_MCP=0
-    assert shim - carried == {"uvloop", "mcp"}
+    # fit the carry, and the check serves with INTERN_DECISION_MCP=0; OpenTelemetry: the check traces nothing, and
+    # the shim imports none of it while tracing is off
+    assert shim - carried == {"uvloop", "mcp", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"}
     assert "numpy" in carried  # numpy<2 for the python backend stub
 
 

@@ -5,6 +5,7 @@ import threading
 
 from intern_decision_model.calllog import CallFailure, CallLog, call_line
 from intern_decision_model.metrics import CallRecord
+from wire.protocol import TRACE_ID_PARAMETER, trace_id_of
 
 
 class Collecting(logging.Handler):
@@ -58,3 +59,20 @@ def test_the_lines_do_not_reach_the_packages_other_handlers():
     finally:
         package.removeHandler(seen)
     assert len(target.lines) == 1 and seen.lines == []
+
+
+def test_a_traced_requests_lines_carry_its_trace_id_read_from_the_request_parameters():
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert trace_id_of(json.dumps({TRACE_ID_PARAMETER: trace_id})) == trace_id
+    for untraced in (None, "", "{}", "not json", "[]", json.dumps({TRACE_ID_PARAMETER: "4BF9"}),
+                     json.dumps({TRACE_ID_PARAMETER: trace_id.upper()}), json.dumps({TRACE_ID_PARAMETER: 7})):
+        assert trace_id_of(untraced) is None, untraced
+    target = Collecting()
+    log = CallLog(target)
+    log.write("r", [CallRecord("ok", 0.01, 100), CallRecord("invalid", 0.001, None)],
+              failure=CallFailure(1, "invalid_request: call 1: x"), trace_id=trace_id)
+    log.write("s", [CallRecord("ok", 0.01, 100)])
+    log.close()
+    lines = [json.loads(text) for _, text, _ in target.lines]
+    assert [line.get("trace_id") for line in lines] == [trace_id, trace_id, None]
+    assert "trace_id" not in lines[2]

@@ -53,6 +53,7 @@ def test_which_container_sees_which_secret(services):
         assert services[f"triton-{gpu}"]["secrets"] == ["triton_api_key"]  # the checkpoint's code runs there
         assert services[f"shim-{gpu}"]["secrets"] == ["api_token", "triton_api_key"]
     assert "secrets" not in services["haproxy"] and "secrets" not in services["prometheus"]
+    assert "secrets" not in services["grafana"]
 
 
 def test_every_service_is_hardened_as_its_kubernetes_pod(services):
@@ -88,12 +89,12 @@ def test_the_shims_grace_period_is_the_drain_rule_of_their_settings(tmp_path):
     assert module.timing_from_env_file(tmp_path / "missing.env") == {}
 
 
-def test_the_api_token_reaches_the_shims_alone_and_only_haproxy_and_prometheus_publish(services):
+def test_the_api_token_reaches_the_shims_alone_and_only_haproxy_prometheus_and_grafana_publish(services):
     for name, service in services.items():
         holds_token = "api_token" in service.get("secrets", [])
         assert holds_token == name.startswith("shim-"), name
     published = {name for name, service in services.items() if service.get("ports")}
-    assert published == {"haproxy", "prometheus"}
+    assert published == {"haproxy", "prometheus", "grafana"}
     # Behind HAProxy every connection comes from its address: no per-peer share in the shims, HAProxy's per source.
     assert all(service["environment"]["INTERN_DECISION_MAX_CONNECTIONS_PER_PEER"] == "0"
                for name, service in services.items() if name.startswith("shim-"))

@@ -160,3 +160,17 @@ def test_no_module_of_the_shim_reads_the_environment_itself():
                     and {alias.name for alias in node.names} & {"environ", "getenv", "environb"}:
                 found.append(f"{path.relative_to(root)}:{node.lineno}: from os import ...")
     assert found == []
+
+
+def test_tracing_is_off_unless_an_otlp_endpoint_is_set():
+    assert ShimSettings.from_env(SECRETS).otlp_endpoint is None
+    for endpoint in ("http://collector:4318/v1/traces", "https://[::1]:4318/v1/traces", "http://10.0.0.9:4318/"):
+        assert ShimSettings.from_env({**SECRETS, "INTERN_DECISION_OTLP_ENDPOINT": endpoint}).otlp_endpoint == endpoint
+
+
+@pytest.mark.parametrize("endpoint", ["collector:4318", "grpc://collector:4317", "http://", "http://:4318/v1/traces",
+                                      "http://collector:99999/v1/traces", "http://collector:0/", "http://a:b@c/v1",
+                                      "http://collector:4318/v1/traces,x", "http://c:4318/v1?a=b", " http://c/"])
+def test_a_bad_otlp_endpoint_is_refused_by_name(endpoint):
+    with pytest.raises(ValueError, match="INTERN_DECISION_OTLP_ENDPOINT"):
+        ShimSettings.from_env({**SECRETS, "INTERN_DECISION_OTLP_ENDPOINT": endpoint})

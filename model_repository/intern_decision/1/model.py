@@ -6,8 +6,8 @@ and answers RESPONSE [n], or stops at the first failure and answers a Triton err
 nothing and counts nothing. The work is done in intern_decision_model (a top-level package of the repository,
 installed beside torch wherever the model runs, importable without Triton); this file only adapts it to Triton:
 configuration and startup in initialize, tensors and errors in execute, metrics, and logging through
-pb_utils.Logger: one JSON line per call, named <request id>.<call index>
-(intern_decision_model/calllog.py).
+pb_utils.Logger: one JSON line per call, named <request id>.<call index>, with the trace id when the shim traces
+the request (intern_decision_model/calllog.py).
 """
 import os
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass  # noqa: E402
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 from wire import answer as wire_answer  # noqa: E402
-from wire.protocol import OK_OUTCOME, REQUEST, RESPONSE, error_message  # noqa: E402
+from wire.protocol import OK_OUTCOME, REQUEST, RESPONSE, error_message, trace_id_of  # noqa: E402
 
 from intern_decision_model import protocol  # noqa: E402
 from intern_decision_model.calllog import CallFailure, CallLog  # noqa: E402
@@ -137,7 +137,7 @@ class TritonPythonModel:
             failure = CallFailure(timer.call, error_message(kind, timer.call, str(exc)))
             response = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(
                 failure.error, getattr(pb_utils.TritonError, kind.triton_code)))
-        self._call_log.write(request_id, records, failure)
+        self._call_log.write(request_id, records, failure, trace_id_of(request.parameters()))
         return response
 
     def finalize(self):

@@ -1,0 +1,103 @@
+"""What tracing costs the shim: `python -m shim` with an instant fake model (bench/observability_cost.py's server),
+tracing off (no INTERN_DECISION_OTLP_ENDPOINT) and on (spans exported in batches to a real OTLP/HTTP receiver in
+this process, tests/otlp_receiver.py), and any --tree as is (e.g. an export of the commit before tracing).
+
+    .venv/bin/python bench/tracing_cost.py [--requests 2000] [--rounds 3] [--tree OTHER_CHECKOUT ...]
+
+Per variant: the shim process's CPU per one-question /decide (user+system from /proc, the exporter's thread
+included) and the client's latency p50 / p99, requests sent one after another on one kept-alive connection.
+Rounds are interleaved, each led by another variant, so that drift on a shared machine hits every variant alike.
+The fake model stands in for Triton, so the traceparent header's few bytes on the hop to Triton are not counted.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from http.client import HTTPConnection
+from pathlib import Path
+
+from observability_cost import BODY, HERE, SERVER, TOKEN, cpu_seconds, free_port
+
+from acceptance.stats import percentile
+from tests.otlp_receiver import OtlpReceiver
+
+
+def measure(tree: Path, endpoint: str | None, requests: int, log_path: Path) -> tuple[float, list[float]]:
+    """(shim CPU ms per request, each request's latency in ms)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(tree), "INTERN_DECISION_API_TOKEN": TOKEN,
+           "INTERN_DECISION_TRITON_API_KEY": "triton-key-" + TOKEN, "INTERN_DECISION_METRICS_PORT": str(free_port()),
+           "INTERN_DECISION_DRAIN_SECONDS": "0.1"}
+    env.pop("INTERN_DECISION_OTLP_ENDPOINT", None)
+    if endpoint is not None:
+        env["INTERN_DECISION_OTLP_ENDPOINT"] = endpoint
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen([sys.executable, "-c", SERVER, "as-is", str(port)], env=env, cwd=tree,
+                                  stdout=log, stderr=subprocess.STDOUT)
+    try:
+        connection = HTTPConnection("127.0.0.1", port, timeout=10)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                connection.request("GET", "/health")
+                connection.getresponse().read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, log_path.read_text()[-2000:]
+                connection = HTTPConnection("127.0.0.1", port, timeout=10)
+                time.sleep(0.1)
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+                   "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+        for _ in range(200):  # warm-up
+            connection.request("POST", "/decide", BODY, headers)
+            connection.getresponse().read()
+        latencies = []
+        before = cpu_seconds(server.pid)
+        for _ in range(requests):
+            started = time.perf_counter()
+            connection.request("POST", "/decide", BODY, headers)
+            response = connection.getresponse()
+            response.read()
+            latencies.append((time.perf_counter() - started) * 1000)
+            assert response.status == 200, response.status
+        return (cpu_seconds(server.pid) - before) * 1000 / requests, latencies
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tree", action="append", type=Path, default=[])
+    args = parser.parse_args()
+    log_path = Path(tempfile.gettempdir()) / f"tracing-cost-{os.getpid()}.log"
+    with OtlpReceiver() as receiver:
+        variants = [("tracing off", HERE, None), ("tracing on", HERE, receiver.endpoint),
+                    *[(f"{tree.name} as is", tree.resolve(), None) for tree in args.tree]]
+        cpu: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+        latency: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+        for round_number in range(args.rounds):
+            turn = round_number % len(variants)  # each variant first in turn: no one always follows the same one
+            for name, tree, endpoint in variants[turn:] + variants[:turn]:
+                cpu_ms, latencies = measure(tree, endpoint, args.requests, log_path)
+                cpu[name].append(cpu_ms)
+                latency[name] += latencies
+        spans = len(receiver.spans())
+    for name in cpu:
+        print(f"{name}: shim CPU per request median {statistics.median(cpu[name]):.3f} ms "
+              f"(rounds: {', '.join(f'{value:.3f}' for value in cpu[name])}); latency p50 "
+              f"{percentile(latency[name], 50):.3f} ms, p99 {percentile(latency[name], 99):.3f} ms")
+    print(f"spans received while tracing was on: {spans}")
+    log_path.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

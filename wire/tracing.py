@@ -1,0 +1,45 @@
+"""Tracing's one setting for both sides: INTERN_DECISION_OTLP_ENDPOINT, the OTLP/HTTP URL spans are sent to (a
+collector's /v1/traces); unset, nothing is traced. Also tritonserver's flags that send Triton's spans there."""
+from __future__ import annotations
+
+import re
+from typing import Mapping
+from urllib.parse import SplitResult, urlsplit
+
+from .env import PREFIX, get
+
+TRITON_SERVICE_NAME = "intern-decision-triton"  # the service.name of Triton's spans
+# Triton splits --trace-config at ',' and '=': the URL may hold neither, nor spaces.
+_URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+;%-]+")
+
+
+def otlp_endpoint(env: Mapping[str, str]) -> str | None:
+    """The OTLP/HTTP traces URL, or None when tracing is off; a ValueError naming the variable when it is not one."""
+    raw = get(env, "OTLP_ENDPOINT")
+    if raw == "":
+        return None
+    parts = urlsplit(raw) if _URL_CHARACTERS.fullmatch(raw) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.username is not None \
+            or not _port_valid(parts):
+        raise ValueError(f"{PREFIX}OTLP_ENDPOINT must be an http(s) URL of an OTLP/HTTP traces endpoint without ',' "
+                         f"'=' or credentials (e.g. http://collector:4318/v1/traces), got {raw!r}")
+    return raw
+
+
+def _port_valid(parts: SplitResult) -> bool:
+    try:
+        return parts.port != 0
+    except ValueError:  # not a number, or past 65535
+        return False
+
+
+def triton_trace_flags(endpoint: str, service_name: str = TRITON_SERVICE_NAME) -> list[str]:
+    """tritonserver's flags: OpenTelemetry mode, every request traced (rate 1) with its timestamps, exported to
+    endpoint. A request that carries a traceparent header joins the caller's trace."""
+    return [
+        "--trace-config=mode=opentelemetry",
+        f"--trace-config=opentelemetry,url={endpoint}",
+        f"--trace-config=opentelemetry,resource=service.name={service_name}",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+    ]
