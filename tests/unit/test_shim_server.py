@@ -100,6 +100,66 @@ def test_headers_over_the_limit_are_431_in_the_envelope_and_closed(address):
     assert json.loads(body)["error"]["code"] == "request_header_too_large"
 
 
+def headers(count: int) -> bytes:
+    return b"GET /health HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % n for n in range(count - 1)) + b"Host: x\r\n\r\n"
+
+
+def test_headers_past_their_count_are_431_in_the_envelope_and_closed(address):
+    with connect(address) as sock:
+        sock.sendall(headers(server.MAX_HEADERS))
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")  # 100 headers: served
+    with connect(address) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(headers(server.MAX_HEADERS + 1))
+        answer = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 ") and b"x-request-id: " in head and b"connection: close" in head
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_header_too_large" and "more than 100 headers" in error["message"]
+
+
+def test_a_read_of_thousands_of_headers_costs_the_loop_little(address):
+    """64 KiB of empty headers (13,107 of them) in one read: refused at the 101st, the rest of the read unparsed."""
+    flood = b"GET /health HTTP/1.1\r\n" + b"a:\r\n" * 13_000
+    started = time.monotonic()
+    for _ in range(20):
+        with connect(address) as sock:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(flood)
+            assert read_until_closed(sock).startswith(b"HTTP/1.1 431 ")
+    assert time.monotonic() - started < 2.0  # was 15–30 ms of the loop per request before the count
+
+
+def test_a_request_the_parser_cannot_read_is_400_in_the_envelope_with_an_id(address):
+    with connect(address) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: x\r\n\r\n")
+        answer = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"x-request-id: " in head and b"connection: close" in head
+    assert json.loads(body) == {"error": {"code": "malformed_request", "message": "the request is not valid HTTP/1.1"}}
+
+
+def chunked_post(chunks: int) -> bytes:
+    return (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + AUTH_HEADER
+            + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\n \r\n" * (chunks - 1) + b"2\r\n{}\r\n0\r\n\r\n")
+
+
+def test_a_body_past_its_chunk_count_is_413_in_the_envelope_and_closed(address):
+    with connect(address) as sock:
+        sock.sendall(chunked_post(server.MAX_BODY_CHUNKS))
+        assert read_response(sock).startswith(b"HTTP/1.1 422 ")  # 1024 chunks: read, and the app answers
+    with connect(address) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(chunked_post(server.MAX_BODY_CHUNKS + 1))
+        answer = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ") and b"x-request-id: " in head and b"connection: close" in head
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_too_large" and "(MAX_BODY_CHUNKS)" in error["message"]
+    with connect(address) as sock:
+        assert serves_health(sock)
+
+
 def test_a_kept_alive_connection_serves_request_after_request(address):  # HEADER_TIMEOUT_SECONDS=0.5
     with connect(address) as sock:
         for _ in range(3):
