@@ -1,6 +1,7 @@
 """python -m shim [--host H] [--port P]: serve the shim with uvicorn, one worker (INV-2), and its metrics on a port
-of their own (INTERN_DECISION_METRICS_HOST / INTERN_DECISION_METRICS_PORT, default the shim's host and 9464; 0 off),
-its request headers bounded in size and time and uvicorn's access log off (shim/server/).
+of their own (INTERN_DECISION_METRICS_HOST / INTERN_DECISION_METRICS_PORT, default the shim's host, the loopback when
+it listens on every address, and 9464; 0 off), its request headers bounded in size and time and uvicorn's access log
+off (shim/server/).
 
 Configuration is read from INTERN_DECISION_* and validated before the server starts; a bad value stops it. Logs
 are JSON lines on stdout (shim/logs.py).

@@ -406,11 +406,12 @@ def test_the_metrics_server_closes_a_request_trickled_past_its_deadline(metrics_
 
 
 def test_the_metrics_server_answers_503_beyond_its_connections_at_once(metrics_server):
-    held = [socket.create_connection(metrics_server, timeout=10) for _ in range(2)]
+    held = [socket.create_connection(metrics_server, timeout=10, source_address=(f"127.0.0.{2 + n}", 0))
+            for n in range(2)]  # from two addresses: the bound at once, not one address's share
     try:
         for sock in held:
             sock.sendall(b"GET /")
-        with socket.create_connection(metrics_server, timeout=10) as sock:
+        with socket.create_connection(metrics_server, timeout=10, source_address=("127.0.0.4", 0)) as sock:
             sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
             refused = closed_within(sock, 10)
     finally:
@@ -425,3 +426,36 @@ def test_the_metrics_server_answers_503_beyond_its_connections_at_once(metrics_s
         except OSError:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_one_address_holds_at_most_its_share_of_the_metrics_connections():
+    """Eight silent sockets from one address held every scrape for 10 s; now that address holds two, and a scrape from
+    another address is served meanwhile."""
+    served = metrics.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=5, max_connections=4)
+    address = served.server_address[:2]
+    held = [socket.create_connection(address, timeout=10, source_address=("127.0.0.1", 0)) for _ in range(8)]
+    try:
+        refused = [closed_within(sock, 10) for sock in held[metrics.MAX_PER_PEER:]]
+        assert all(answer.startswith(b"HTTP/1.0 503 ") for answer in refused)
+        started = time.monotonic()
+        with socket.create_connection(address, timeout=10, source_address=("127.0.0.2", 0)) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert closed_within(sock, 10).startswith(b"HTTP/1.0 200 ")
+        assert time.monotonic() - started < 1
+    finally:
+        for sock in held:
+            sock.close()
+        served.shutdown()
+        served.server_close()
+
+
+def test_a_metrics_connection_that_sends_nothing_is_closed_at_the_first_byte_deadline():
+    served = metrics.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=9)
+    try:
+        with socket.create_connection(served.server_address[:2], timeout=10) as sock:
+            started = time.monotonic()
+            assert closed_within(sock, 10) == b""
+            assert metrics.FIRST_BYTE_SECONDS - 0.1 < time.monotonic() - started < metrics.FIRST_BYTE_SECONDS + 1
+    finally:
+        served.shutdown()
+        served.server_close()
