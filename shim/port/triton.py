@@ -8,7 +8,9 @@ repository are restricted APIs: those calls carry the key (INTERN_DECISION_TRITO
 """
 from __future__ import annotations
 
+import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import httptools
@@ -29,6 +31,8 @@ from .http1 import Http1Connection
 from .model import Probe
 
 TRANSPORT_ERRORS = (OSError, TimeoutError, httptools.HttpParserError)
+# One thread builds the inference requests' bodies: the lock (INV-2) sends one at a time, so none waits for another.
+_BODY_BUILDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="triton-body")
 JSON_HEADERS = {"Accept": "application/json"}
 
 
@@ -66,9 +70,8 @@ class TritonModel:
     async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
         """predict()'s answers to the calls, in order, from one inference request, each read once into a
         CallAnswer; the whole request fails with the first call that fails."""
-        tensor = InferInput(REQUEST, [len(requests)], DATATYPE)
-        tensor.set_data_from_numpy(np.array(call_texts(requests), dtype=np.object_))
-        body, json_size = InferenceServerClient.generate_request_body([tensor], request_id=request_id)
+        body, json_size = await asyncio.get_running_loop().run_in_executor(_BODY_BUILDER, request_body, requests,
+                                                                           request_id)
         headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size),
                    **self._key}
         timeout = self._settings.call_timeout_seconds * len(requests)
@@ -139,6 +142,14 @@ class TritonModel:
 
 def facts_unavailable(message: str) -> ModelFailure:
     return model_unavailable(message, MODEL_FACTS_UNAVAILABLE)
+
+
+def request_body(requests: list[dict], request_id: str) -> tuple[bytes, int]:
+    """The inference request's body and the length of its JSON header: its cost grows with the state and the number
+    of calls (a 1 MiB state in 64 calls took 105–185 ms), so it is built on _BODY_BUILDER, never on the loop."""
+    tensor = InferInput(REQUEST, [len(requests)], DATATYPE)
+    tensor.set_data_from_numpy(np.array(call_texts(requests), dtype=np.object_))
+    return InferenceServerClient.generate_request_body([tensor], request_id=request_id)
 
 
 def call_texts(requests: list[dict]) -> list[bytes]:
