@@ -81,3 +81,17 @@ def test_mcp_charges_a_float_by_its_digits():
 def test_mcp_never_passes_a_value_that_serializes_past_the_bound(value):
     assert len(json.dumps(value, ensure_ascii=False).encode()) > mcp.SDK_MESSAGE_BYTES
     assert not mcp._small(value)
+
+
+def test_the_state_travels_once_when_the_calls_share_it_and_inline_otherwise():
+    from shim.port import triton
+    from wire import strict_json
+
+    state, other = {"s": [1.5] * 1000}, {"s": 2}
+    shared = [{"state": state, "questions": {f"q{n}": {"type": "noul"}}} for n in range(64)]
+    body, _ = triton.request_body(shared, "r")
+    assert body.count(strict_json.dumps(state)) == 1 and b'"STATE"' in body
+    assert len(body) < len(strict_json.dumps(state)) + 64 * 64  # one state plus the questions
+    for calls in ([shared[0]], [shared[0], {"state": other, "questions": {}}]):
+        body, _ = triton.request_body(calls, "r")
+        assert b'"STATE"' not in body and all(strict_json.dumps(call) in body for call in calls)
