@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.config.dictConfig(log_config)
     if metrics_address is not None:
         logging.getLogger("intern_decision.shim").info("metrics on http://%s:%d/metrics", host, metrics_port)
-    server.run(build_service(settings, metrics=shim_metrics), settings.host, settings.port, log_config)
+    server.run(build_service(settings, metrics=shim_metrics), settings.host, settings.port, log_config, shim_metrics)
     return 0
 
 

@@ -54,6 +54,19 @@ class ShimMetrics:
         self._seconds_by_route = {OTHER_ROUTE: self._seconds.labels(OTHER_ROUTE)}
         self._requests_by_label: dict[tuple[str, int], Counter] = {}
 
+    def watch_connections(self, roster, limit: int | None) -> None:
+        """The server's connections, read from its roster (shim/server/roster.py) at each scrape: how many are open,
+        how many busy, and MAX_CONNECTIONS, so that an alert can say when the pool nears full."""
+        prefix = "intern_decision_shim_"
+        Gauge(prefix + "connections_open", "Connections open to the shim's API port",
+              registry=self.registry).set_function(lambda: len(roster))
+        Gauge(prefix + "connections_busy", "Connections with a request begun and not answered (a head still "
+              "arriving included): what idle connections give way to", registry=self.registry
+              ).set_function(lambda: roster.busy)
+        if limit is not None:
+            Gauge(prefix + "connections_max", "MAX_CONNECTIONS: the busy connections the shim serves at once",
+                  registry=self.registry).set(limit)
+
     def name_routes(self, paths: Iterable[str]) -> None:
         """The route labels: the paths of the app's API routes, as the app binds them (shim/app.py)."""
         self._routes = frozenset(paths)

@@ -355,6 +355,24 @@ def test_one_peer_beyond_its_share_is_503_while_another_peer_is_served():
     assert served.startswith(b"HTTP/1.1 200 ")
 
 
+def test_sources_each_holding_their_share_in_heads_do_not_keep_a_new_source_out():
+    """4 sources × their whole share of trickled heads filled every connection: a fifth source's requests were all
+    503 while /health stayed 200. The heaviest source's heads now give way to it, oldest first."""
+    with serving(MAX_QUEUE="2", MAX_CONNECTIONS="8", MAX_CONNECTIONS_PER_PEER="2") as address:
+        held = [sock for n in range(4) for sock in busy(address, 2, source=f"127.0.0.{2 + n}")]
+        try:
+            time.sleep(0.1)  # every head begun
+            with socket.create_connection(address, 10, ("127.0.0.9", 0)) as sock:
+                sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+                served = read_response(sock)
+            reclaimed = [closed_by_server(sock, 0.5) for sock in held]
+        finally:
+            for sock in held:
+                sock.close()
+    assert served.startswith(b"HTTP/1.1 200 ")
+    assert reclaimed.count(True) == 1 and reclaimed[0]  # the oldest head of a heaviest source
+
+
 def test_a_peers_own_idle_connections_give_way_to_its_request():
     with serving(MAX_QUEUE="2", MAX_CONNECTIONS="8", MAX_CONNECTIONS_PER_PEER="2") as address:
         kept = [connect(address) for _ in range(2)]
