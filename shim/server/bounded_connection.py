@@ -7,6 +7,7 @@ url, app): tests/unit/test_uvicorn_internals.py fails when they move, and uvicor
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import httptools
@@ -27,6 +28,22 @@ class _Stop(Exception):
     """Raised from a parser callback once the connection is refused: the parser stops, the rest of the read unparsed."""
 
 
+class _QuietOnceRefused(logging.LoggerAdapter):
+    """uvicorn's logger, without its warning for a parser stopped by _Stop: the refusal is ours, not bad HTTP."""
+
+    def __init__(self, logger: logging.Logger, connection: "BoundedConnectionProtocol"):
+        super().__init__(logger, {})
+        self._connection = connection
+
+    @property
+    def level(self) -> int:  # uvicorn reads it before its trace lines
+        return self.logger.level
+
+    def warning(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self._connection._refused:
+            self.logger.warning(msg, *args, **kwargs)
+
+
 class BoundedConnectionProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, with ConnectionLimits: a request's line and headers must arrive within
     header_seconds (else the connection is closed), within MAX_HEADER_BYTES and MAX_HEADERS fields (else 431
@@ -42,6 +59,8 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, limits: ConnectionLimits, roster: Roster, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.logger = _QuietOnceRefused(self.logger, self)
+        self._refused = False
         self._limits = limits
         self._roster = roster  # the server's: every connection of one server shares it
 

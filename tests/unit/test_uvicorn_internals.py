@@ -4,6 +4,7 @@ version everywhere (pyproject.toml's shim extra, constraints/cpu.txt, constraint
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import tomllib
 from collections import deque
@@ -86,6 +87,7 @@ async def test_the_private_state_the_bounded_protocol_reads_is_where_it_reads_it
             "url": getattr(protocol, "url", None) == b"/health?x=1",
             "parser.get_method": protocol.parser.get_method() == b"GET",
             "pipeline": isinstance(protocol.pipeline, deque),
+            "logger": isinstance(getattr(protocol, "logger", None), logging.Logger),
             "cycle.response_complete": getattr(protocol.cycle, "response_complete", None) is False,
             "cycle.response_started": getattr(protocol.cycle, "response_started", None) is False,
             "cycle.disconnected": getattr(protocol.cycle, "disconnected", None) is False,
