@@ -5,17 +5,18 @@ or since it opened). When a request's headers are complete on a connection, `adm
 
 * its peer (the client's address) holds more than `per_peer` connections: that peer's own idle connections are
   closed, oldest idle first, to bring it back to its share; if they are not enough the request is refused;
-* the server holds more than `total` connections: idle connections of any peer are closed, oldest idle first; if
-  they are not enough, heads still arriving (a request begun, its headers not complete) of the heaviest source are
-  closed, oldest first, as long as that source holds more than the asking one; if that is not enough either the
-  request is refused.
+* the server holds more than `total` connections: connections are closed, oldest first within each kind: the idle
+  ones of sources holding more than the asking one, then heads still arriving (a request begun, its headers not
+  complete) of the heaviest source while it holds more than the asking one, then anyone's idle ones; if that is not
+  enough the request is refused.
 
 So connections that only wait (keep-alive between requests, or opened and silent) never keep a request out, one
 peer cannot hold more than its share of the busy ones, and a few sources each holding their whole share in slow
 heads cannot keep out a source that holds little. A peer counts as its source: an IPv4 address, or an IPv6
-address's /64 (as the balancer keys them), so one host's many addresses are one source. Peers in `exempt` (the balancers in front: every client behind
-one shares its address) count towards `total` only; the per-source limits are the balancer's there. When a request
-is refused nothing is closed. This is bookkeeping only: it never touches a socket, the server closes what it names.
+address's /64 (as the balancer keys them), so one host's many addresses are one source. Peers in `exempt` (the
+balancers in front: every client behind one shares its address) count towards `total` only; the per-source limits
+are the balancer's there. When a request is refused nothing is closed. This is bookkeeping only: it never
+touches a socket, the server closes what it names.
 """
 from __future__ import annotations
 
@@ -138,9 +139,13 @@ class Roster:
             excess = len(self._entries) - len(evict) - self.total
             if excess > 0:
                 chosen = set(evict)
-                others = self._oldest_idle(connection, lambda other: True, excess, chosen)
+                mine = self._held(entry)
+                # heavier sources' idle connections first, then their heads, then anyone's idle: a light source's
+                # kept-alive connection is the last to go
+                others = self._oldest_idle(connection, lambda other: self._held(other) > mine, excess, chosen)
                 chosen.update(others)
                 others += self._heaviest_heads(connection, entry, excess - len(others), chosen)
+                others += self._oldest_idle(connection, lambda other: True, excess - len(others), chosen)
                 if len(others) < excess:
                     return Verdict(False, over="total")
                 evict.extend(others)
@@ -148,6 +153,9 @@ class Roster:
         for victim in evict:
             self.closed(victim)
         return Verdict(True, tuple(evict))
+
+    def _held(self, entry: _Entry) -> int:
+        return self._per_peer.get(entry.peer, 0) if entry.capped else 0
 
     def _heaviest_heads(self, asking: Hashable, entry: _Entry, count: int, skip: set) -> list[Hashable]:
         """Up to `count` heads still arriving, each of the source then holding the most connections, oldest first,
@@ -181,6 +189,8 @@ class Roster:
                      skip: Iterable[Hashable] = ()) -> list[Hashable]:
         skipped = set(skip)
         found: list[Hashable] = []
+        if count <= 0:
+            return found
         for other in self._idle:
             if len(found) == count:
                 break

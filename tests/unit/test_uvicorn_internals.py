@@ -71,8 +71,8 @@ class _Transport(asyncio.Transport):
 
 @pytest.mark.anyio
 async def test_the_private_state_the_bounded_protocol_reads_is_where_it_reads_it():
-    """cycle (its response_complete, response_started, disconnected, message_event), pipeline, parser (get_method), url, app and client: read after a request's
-    headers, as the protocol reads them."""
+    """cycle (its response_complete, response_started, disconnected, message_event), pipeline, parser
+    (get_method), url, app, client and logger: read after a request's headers, as the protocol reads them."""
     async def app(scope, receive, send):
         await asyncio.Event().wait()
 
