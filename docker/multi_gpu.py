@@ -237,6 +237,7 @@ def _shim(gpu: int, next_token: bool, grace_seconds: int) -> dict:
                         "INTERN_DECISION_TRITON_URL": "127.0.0.1:8000",
                         "INTERN_DECISION_TRITON_METRICS_URL": "http://127.0.0.1:8002/metrics",
                         "INTERN_DECISION_HOST": "0.0.0.0", "INTERN_DECISION_PORT": str(SHIM_PORT),
+                        "INTERN_DECISION_METRICS_HOST": "0.0.0.0",
                         "INTERN_DECISION_METRICS_PORT": str(SHIM_METRICS_PORT),
                         # every connection comes from HAProxy: the per-source bounds are its own
                         "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0"},

@@ -16,9 +16,15 @@ class AnswerNotEncodable(Exception):
     """predict()'s output could not be written as strict JSON."""
 
 
-def decode_call(raw: bytes) -> dict:
+def decode_call(raw: bytes, shared_state: bytes | None = None) -> dict:
+    """One call's predict() request; shared_state: the STATE the request's calls share (then the call carries none),
+    read for each call afresh, as when each call carried it."""
     try:
         request = strict_json.loads(raw, "the request")
+        if shared_state is not None and isinstance(request, dict):
+            if "state" in request:
+                raise InvalidRequest("a call carries a state of its own beside the request's shared STATE")
+            request = {"state": strict_json.loads(shared_state, "the state"), **request}
     except strict_json.NotStrictJson as exc:
         raise InvalidRequest(str(exc)) from None
     if not isinstance(request, dict):

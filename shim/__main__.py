@@ -1,6 +1,7 @@
 """python -m shim [--host H] [--port P]: serve the shim with uvicorn, one worker (INV-2), and its metrics on a port
-of their own (INTERN_DECISION_METRICS_HOST / INTERN_DECISION_METRICS_PORT, default the shim's host and 9464; 0 off),
-its request headers bounded in size and time and uvicorn's access log off (shim/server/).
+of their own (INTERN_DECISION_METRICS_HOST / INTERN_DECISION_METRICS_PORT, default the shim's host, the loopback when
+it listens on every address, and 9464; 0 off), its request headers bounded in size and time and uvicorn's access log
+off (shim/server/).
 
 Configuration is read from INTERN_DECISION_* and validated before the server starts; a bad value stops it. Logs
 are JSON lines on stdout (shim/logs.py).
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("intern_decision.shim").info("metrics on http://%s:%d/metrics", host, metrics_port)
     provider = tracing.start(settings.otlp_endpoint) if settings.otlp_endpoint else None
     try:
-        server.run(build_service(settings, metrics=shim_metrics), settings.host, settings.port, log_config)
+        server.run(build_service(settings, metrics=shim_metrics), settings.host, settings.port, log_config,
+                   shim_metrics)
     finally:
         if provider is not None:
             provider.shutdown()  # the spans still queued are sent

@@ -49,6 +49,7 @@ class PublicError(NamedTuple):
 
 # Refused by the server before there is a request to route (shim/server/).
 TOO_MANY_PIPELINED = PublicError(400, "too_many_pipelined_requests", closes=True)
+MALFORMED = PublicError(400, "malformed_request", "the request is not valid HTTP/1.1", closes=True)
 HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large", closes=True)
 TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections", retry_after=True, closes=True)
 # Refused by the edge before the app, in the order a POST meets them (framing, auth, drain, encoding, admission,
@@ -80,7 +81,7 @@ CLIENT_GONE = PublicError(499, "client_gone", "the client went away before its r
 NO_REPLICA = PublicError(503, "no_replica", "no replica could take the request in time; retry later",
                          retry_after=True, by_shim=False, by_balancer=True)
 
-REGISTRY = (TOO_MANY_PIPELINED, UNAUTHORIZED, NOT_FOUND, METHOD_NOT_ALLOWED, REQUEST_TIMEOUT, TOO_LARGE,
+REGISTRY = (TOO_MANY_PIPELINED, MALFORMED, UNAUTHORIZED, NOT_FOUND, METHOD_NOT_ALLOWED, REQUEST_TIMEOUT, TOO_LARGE,
             UNSUPPORTED_MEDIA_TYPE, INVALID, BUSY, HEADERS_TOO_LARGE, CLIENT_GONE, SCORING_FAILED,
             UNSUPPORTED_TRANSFER_ENCODING, UNAVAILABLE, OUT_OF_MEMORY, DRAINING, TOO_MANY_CONNECTIONS, NO_REPLICA)
 BY_CODE = {error.code: error for error in REGISTRY}

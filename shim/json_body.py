@@ -9,7 +9,7 @@ garbage collector held off, which would otherwise walk the half-built value agai
 the GIL a few times to answer one request. A worker that went from one parse to the next would take it back each
 time the loop let it go, so the worker rests after each parse for as long as the parse took: the loop waits for at
 most one parse, and then runs freely for as long. Both surfaces' routes and the MCP tools
-(shim/systemone/mcp.py) read their bodies here.
+(shim/systemone/mcp.py) read their bodies here, and a large System One body is read into its request here too.
 """
 from __future__ import annotations
 
@@ -17,30 +17,33 @@ import asyncio
 import gc
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from wire import strict_json
 
 from .tracing import span
 
 ON_LOOP_BYTES = 8 * 1024
+T = TypeVar("T")
 
 
-class _Parser:
+class _Worker:
+    """One thread for the work a body costs in proportion to its size, one job at a time, resting after each."""
+
     def __init__(self) -> None:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="body-parse")
         self._rest_until = 0.0  # read and written by the worker thread alone
 
-    async def parse(self, raw: bytes, what: str) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._worker, self._parse, raw, what)
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._worker, self._run, work, args)
 
-    def _parse(self, raw: bytes, what: str) -> Any:
+    def _run(self, work: Callable[..., T], args: tuple) -> T:
         time.sleep(max(0.0, self._rest_until - time.monotonic()))
         started = time.monotonic()
         collecting = gc.isenabled()
-        gc.disable()  # process-wide, for one parse: this one worker is all that turns it off, and back on
+        gc.disable()  # process-wide, for one job: this one worker is all that turns it off, and back on
         try:
-            return strict_json.loads(raw, what)
+            return work(*args)
         finally:
             if collecting:
                 gc.enable()
@@ -48,7 +51,7 @@ class _Parser:
             self._rest_until = ended + (ended - started)
 
 
-_parser = _Parser()
+_worker = _Worker()
 
 
 async def strict_body(raw: bytes, what: str = "the body") -> Any:
@@ -56,4 +59,12 @@ async def strict_body(raw: bytes, what: str = "the body") -> Any:
     with span("parse body"):
         if len(raw) <= ON_LOOP_BYTES:
             return strict_json.loads(raw, what)
-        return await _parser.parse(raw, what)
+        return await _worker.run(strict_json.loads, raw, what)
+
+
+async def read_body(large: bool, work: Callable[..., T], *args: Any) -> T:
+    """work(*args), reading a parsed body (System One's, whose structured instructions become JSON text): on the body
+    worker when the body was large (over ON_LOOP_BYTES), after its parse; on the loop otherwise."""
+    if not large:
+        return work(*args)
+    return await _worker.run(work, *args)

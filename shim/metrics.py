@@ -54,6 +54,19 @@ class ShimMetrics:
         self._seconds_by_route = {OTHER_ROUTE: self._seconds.labels(OTHER_ROUTE)}
         self._requests_by_label: dict[tuple[str, int], Counter] = {}
 
+    def watch_connections(self, roster, limit: int | None) -> None:
+        """The server's connections, read from its roster (shim/server/roster.py) at each scrape: how many are open,
+        how many busy, and MAX_CONNECTIONS, so that an alert can say when the pool nears full."""
+        prefix = "intern_decision_shim_"
+        Gauge(prefix + "connections_open", "Connections open to the shim's API port",
+              registry=self.registry).set_function(lambda: len(roster))
+        Gauge(prefix + "connections_busy", "Connections with a request begun and not answered (a head still "
+              "arriving included): what idle connections give way to", registry=self.registry
+              ).set_function(lambda: roster.busy)
+        if limit is not None:
+            Gauge(prefix + "connections_max", "MAX_CONNECTIONS: the busy connections the shim serves at once",
+                  registry=self.registry).set(limit)
+
     def name_routes(self, paths: Iterable[str]) -> None:
         """The route labels: the paths of the app's API routes, as the app binds them (shim/app.py)."""
         self._routes = frozenset(paths)
@@ -78,28 +91,35 @@ class ShimMetrics:
             self._triton_errors[failure.label].inc()
 
 
-# The metrics server's bounds: a connection's whole exchange (request in, answer out) within DEADLINE_SECONDS, and at
-# most MAX_CONNECTIONS handled at once (one thread each); one more is answered 503 at once and closed. A scrape takes
-# milliseconds; Prometheus waits 10 s at most (its default scrape_timeout).
+# The metrics server's bounds: a connection's whole exchange (request in, answer out) within DEADLINE_SECONDS, its
+# first byte within FIRST_BYTE_SECONDS, and at most MAX_CONNECTIONS handled at once (one thread each), MAX_PER_PEER of
+# them from one address; one more is answered 503 at once and closed. A scrape takes milliseconds and Prometheus sends
+# its request at once; it waits 10 s at most (its default scrape_timeout).
 DEADLINE_SECONDS = 10.0
+FIRST_BYTE_SECONDS = 2.0
 MAX_CONNECTIONS = 8
+MAX_PER_PEER = 2
 _BUSY_ANSWER = (b"HTTP/1.0 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n"
                 b"connection: close\r\n\r\nbusy\n")
 
 
 class _DeadlineReader(io.RawIOBase):
-    """A socket's reads, each allowed only what is left of the connection's deadline."""
+    """A socket's reads, each allowed only what is left of the connection's deadline; the first, only what is left of
+    `first` (a connection that sends nothing is closed sooner)."""
 
-    def __init__(self, sock: socket.socket, deadline: float):
+    def __init__(self, sock: socket.socket, deadline: float, first: float):
         self._sock = sock
-        self._deadline = deadline
+        self._whole = deadline
+        self._deadline = min(first, deadline)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
         self._sock.settimeout(_left(self._deadline))
-        return self._sock.recv_into(buffer)
+        read = self._sock.recv_into(buffer)
+        self._deadline = self._whole  # past the first byte, the whole exchange's deadline
+        return read
 
 
 class _DeadlineWriter(io.RawIOBase):
@@ -131,8 +151,9 @@ class _Handler(WSGIRequestHandler):
 
     def setup(self) -> None:
         self.connection = self.request
-        deadline = time.monotonic() + self.server.deadline_seconds
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+        now = time.monotonic()
+        deadline = now + self.server.deadline_seconds
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline, now + FIRST_BYTE_SECONDS))
         self.wfile = _DeadlineWriter(self.connection, deadline)
 
     def log_message(self, format, *args) -> None:  # no access log: Prometheus scrapes every few seconds
@@ -141,38 +162,68 @@ class _Handler(WSGIRequestHandler):
 
 class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
     """prometheus-client's WSGI app behind wsgiref's server, bounded: DEADLINE_SECONDS per connection, from its
-    accept to its answer's last byte (a half-sent request, or an answer read slowly, holds a thread no longer), and
-    MAX_CONNECTIONS handled at once."""
+    accept to its answer's last byte (a half-sent request, or an answer read slowly, holds a thread no longer),
+    FIRST_BYTE_SECONDS to its first byte, and MAX_CONNECTIONS handled at once, max_per_peer of them from one address
+    (a few silent sockets from one place never hold every scrape)."""
 
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, deadline_seconds: float,
-                 max_connections: int):
+                 max_connections: int, max_per_peer: int = MAX_PER_PEER):
         self.address_family = family
         self.deadline_seconds = deadline_seconds
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._max_per_peer = max_per_peer
+        self._per_peer: dict[str, int] = {}
+        self._peers_lock = threading.Lock()
         super().__init__(address, _Handler)
 
+    def _take_peer_slot(self, peer: str) -> bool:
+        with self._peers_lock:
+            held = self._per_peer.get(peer, 0)
+            if held >= self._max_per_peer:
+                return False
+            self._per_peer[peer] = held + 1
+            return True
+
+    def _free_peer_slot(self, peer: str) -> None:
+        with self._peers_lock:
+            left = self._per_peer[peer] - 1
+            if left:
+                self._per_peer[peer] = left
+            else:
+                del self._per_peer[peer]
+
     def process_request(self, request, client_address) -> None:
+        peer = str(client_address[0])
+        if not self._take_peer_slot(peer):
+            self._refuse(request)
+            return
         if not self._slots.acquire(blocking=False):
-            try:
-                request.setblocking(False)
-                request.send(_BUSY_ANSWER)
-            except OSError:
-                pass
-            self.shutdown_request(request)
+            self._free_peer_slot(peer)
+            self._refuse(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
             self._slots.release()
+            self._free_peer_slot(peer)
             raise
+
+    def _refuse(self, request) -> None:
+        try:
+            request.setblocking(False)
+            request.send(_BUSY_ANSWER)
+        except OSError:
+            pass
+        self.shutdown_request(request)
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+            self._free_peer_slot(str(client_address[0]))
 
     def handle_error(self, request, client_address) -> None:
         """A client gone, or out of time, is no error of the server's."""
@@ -181,11 +232,11 @@ class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
 
 
 def serve(registry: CollectorRegistry, host: str, port: int, deadline_seconds: float = DEADLINE_SECONDS,
-          max_connections: int = MAX_CONNECTIONS) -> BoundedMetricsServer:
+          max_connections: int = MAX_CONNECTIONS, max_per_peer: int = MAX_PER_PEER) -> BoundedMetricsServer:
     """The metrics on http://host:port/metrics, served from a daemon thread (and one per connection, at most
     max_connections); OSError when the port cannot be bound."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-    server = BoundedMetricsServer((host, port), family, deadline_seconds, max_connections)
+    server = BoundedMetricsServer((host, port), family, deadline_seconds, max_connections, max_per_peer)
     server.set_app(make_wsgi_app(registry))
     threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True).start()
     return server

@@ -23,6 +23,8 @@ DEFAULT_DRAIN_SECONDS = 5.0
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_METRICS_PORT = 9464
+# A host that listens on every address, and the loopback its metrics default to.
+_EVERY_ADDRESS = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1", "[::]": "::1"}
 _MODEL_NAME = re.compile(r"[\x21-\x7e]{1,128}")
 
 
@@ -61,8 +63,9 @@ class ShimSettings:
     mcp: bool = True
     # The playground, a page for people at /playground (shim/playground/).
     playground: bool = True
-    # Where python -m shim listens, and its metrics (shim/metrics.py): metrics_host "" is the shim's host, metrics_port
-    # 0 serves no metrics.
+    # Where python -m shim listens, and its metrics (shim/metrics.py): metrics_host "" is the shim's host, or the
+    # loopback where the shim listens on every address (the metrics are published only when named); metrics_port 0
+    # serves no metrics.
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     metrics_host: str = ""
@@ -73,7 +76,9 @@ class ShimSettings:
     @property
     def metrics_address(self) -> tuple[str, int] | None:
         """Where the metrics are served; None when they are off."""
-        return None if self.metrics_port == 0 else (self.metrics_host or self.host, self.metrics_port)
+        if self.metrics_port == 0:
+            return None
+        return self.metrics_host or _EVERY_ADDRESS.get(self.host, self.host), self.metrics_port
 
     def __repr__(self) -> str:  # never print the token or the key
         return f"ShimSettings(model_name={self.model_name!r}, triton_url={self.triton_url!r}, ...)"

@@ -1,7 +1,8 @@
 """Tensors and errors of the wire protocol (docs/wire-protocol.md).
 
 One Triton inference request carries a whole HTTP request's calls: REQUEST is a string tensor of shape [n], one
-predict() request per element in the order the calls run, and RESPONSE answers with n strings in the same order. A
+predict() request per element in the order the calls run, and RESPONSE answers with n strings in the same order. When
+the calls share one state, STATE carries it once and no call carries it. A
 failure in call k stops the request there and answers a Triton error whose message reads `<kind word>: call <k>:
 <detail>`; the Triton code and the kind word together say which kind it is.
 """
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 MODEL_NAME = "intern_decision"
 REQUEST = "REQUEST"
+# Optional, [1]: the state every call of the request shares, as JSON text, sent once; its calls then carry none.
+STATE = "STATE"
 RESPONSE = "RESPONSE"
 # Both tensors hold strings: BYTES on the wire (KServe v2), TYPE_STRING in the model's config.pbtxt and
 # configs/cpu.pbtxt, which cannot import this module (tests/unit/test_wire.py holds them to these names).

@@ -10,9 +10,10 @@ serve               uvicorn's config and run, as python -m shim calls them
 """
 from .bounded_connection import BoundedConnectionProtocol
 from .draining import BoundedServer, DrainingServer
-from .limits import (BODY_GRACE_SECONDS, KEEP_ALIVE_SECONDS, LINGER_SECONDS, MAX_HEADER_BYTES, MAX_PIPELINED_REQUESTS,
-                     ConnectionLimits)
+from .limits import (BODY_GRACE_SECONDS, KEEP_ALIVE_SECONDS, LINGER_SECONDS, MAX_BODY_CHUNKS, MAX_HEADER_BYTES,
+                     MAX_HEADERS, MAX_PIPELINED_REQUESTS, ConnectionLimits)
 from .serve import config, run
 
-__all__ = ["BODY_GRACE_SECONDS", "KEEP_ALIVE_SECONDS", "LINGER_SECONDS", "MAX_HEADER_BYTES", "MAX_PIPELINED_REQUESTS",
+__all__ = ["BODY_GRACE_SECONDS", "KEEP_ALIVE_SECONDS", "LINGER_SECONDS", "MAX_BODY_CHUNKS", "MAX_HEADER_BYTES",
+           "MAX_HEADERS", "MAX_PIPELINED_REQUESTS",
            "BoundedConnectionProtocol", "BoundedServer", "ConnectionLimits", "DrainingServer", "config", "run"]

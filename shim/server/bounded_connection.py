@@ -7,6 +7,7 @@ url, app): tests/unit/test_uvicorn_internals.py fails when they move, and uvicor
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import httptools
@@ -14,7 +15,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..health import HEALTH_PATH
 from . import refusals
-from .limits import LINGER_SECONDS, MAX_HEADER_BYTES, ConnectionLimits
+from .limits import LINGER_SECONDS, MAX_BODY_CHUNKS, MAX_HEADER_BYTES, MAX_HEADERS, ConnectionLimits
 from .roster import Roster
 
 # What a request line adds to its target, and the headers' end: " HTTP/1.1\r\n" and "\r\n"; a header adds ": " and
@@ -23,20 +24,44 @@ _REQUEST_LINE_BYTES = 13
 _HEADER_SEPARATOR_BYTES = 4
 
 
+class _Stop(Exception):
+    """Raised from a parser callback once the connection is refused: the parser stops, the rest of the read unparsed."""
+
+
+class _QuietOnceRefused(logging.LoggerAdapter):
+    """uvicorn's logger, without its warning for a parser stopped by _Stop: the refusal is ours, not bad HTTP."""
+
+    def __init__(self, logger: logging.Logger, connection: "BoundedConnectionProtocol"):
+        super().__init__(logger, {})
+        self._connection = connection
+
+    @property
+    def level(self) -> int:  # uvicorn reads it before its trace lines
+        return self.logger.level
+
+    def warning(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self._connection._refused:
+            self.logger.warning(msg, *args, **kwargs)
+
+
 class BoundedConnectionProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, with ConnectionLimits: a request's line and headers must arrive within
-    header_seconds (else the connection is closed) and within MAX_HEADER_BYTES (else 431 request_header_too_large,
-    and closed); its body within body_seconds of its headers (else closed); at most max_pipelined requests wait
-    behind the one being answered (the next is 400 too_many_pipelined_requests, and closed); a request on a
-    connection over max_connections or its peer's max_per_peer closes idle connections to make room, oldest idle
-    first, and when there are not enough it is 503 too_many_connections, and closed, unless it is a GET /health,
-    which is answered and then closed.
+    header_seconds (else the connection is closed), within MAX_HEADER_BYTES and MAX_HEADERS fields (else 431
+    request_header_too_large, and closed); a chunked body in at most MAX_BODY_CHUNKS chunks (else 413
+    request_too_large, and closed); what the parser cannot read is 400 malformed_request in the envelope; its
+    body within body_seconds of its headers (else closed); at most max_pipelined requests wait behind the one
+    being answered (the next is 400 too_many_pipelined_requests, and closed); a request on a connection over
+    max_connections or its peer's max_per_peer closes connections to make room (the roster says which), and when
+    there are not enough it is 503 too_many_connections, and closed, unless it is a GET /health, which is answered
+    and then closed.
 
     A refusal is written in its turn: after the answers to the requests before it on the connection; nothing after
     it is parsed."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits, roster: Roster, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.logger = _QuietOnceRefused(self.logger, self)
+        self._refused = False
         self._limits = limits
         self._roster = roster  # the server's: every connection of one server shares it
 
@@ -50,6 +75,8 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._in_head = False  # a request's first byte arrived, its headers are not complete
         self._head_bytes = 0  # its line and headers so far, as the parser hands them over
         self._head_read_bytes = 0  # the reads that held nothing but its headers
+        self._header_count = 0  # its header fields so far
+        self._chunks = 0  # its body's chunks so far
         self._began_in_this_read = False
         self._roster.opened(self, self.client[0] if self.client else None)
         self._await_headers()
@@ -145,6 +172,8 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._began_in_this_read = True
         self._head_bytes = _REQUEST_LINE_BYTES
         self._head_read_bytes = 0
+        self._header_count = 0
+        self._chunks = 0
         self._roster.request_began(self)
         peer = self._roster.admit_peer(self)
         for connection in peer.evict:
@@ -168,8 +197,51 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
             super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if not self._refused and self._count_head(len(name) + len(value) + _HEADER_SEPARATOR_BYTES):
+        if self._refused:
+            raise _Stop  # thousands of headers in one read cost the loop nothing more once refused
+        self._header_count += 1
+        if self._header_count > MAX_HEADERS:
+            self._refuse(refusals.too_many_headers())
+            raise _Stop
+        if self._count_head(len(name) + len(value) + _HEADER_SEPARATOR_BYTES):
             super().on_header(name, value)
+
+    def on_chunk_header(self) -> None:
+        """httptools calls it (when the protocol has it) at each chunk of a chunked body."""
+        if self._refused:
+            raise _Stop
+        self._chunks += 1
+        if self._chunks > MAX_BODY_CHUNKS + 1:  # the last chunk, empty, is free
+            self._refuse_body(refusals.too_many_chunks())
+            raise _Stop
+
+    def _refuse_body(self, answer: bytes) -> None:
+        """A refusal in the middle of a body whose request the app already has: the app is told the client left (its
+        answer goes nowhere) and the refusal is written in its place; when the app has begun answering, or the
+        request waits in the pipeline, the connection is only closed."""
+        cycle = self.cycle
+        waiting = any(queued is cycle for queued, _ in self.pipeline)
+        if cycle is None or cycle.response_started or waiting:
+            self._refused = True
+            self._roster.closed(self)
+            self._headers_arrived()
+            self._body_arrived()
+            if not self.transport.is_closing():
+                self.transport.close()
+            return
+        cycle.disconnected = True
+        cycle.message_event.set()
+        self._refused = True
+        self._roster.closed(self)
+        self._body_arrived()
+        self.transport.pause_reading()
+        self._write_and_close(answer)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to what its parser cannot read (or to a callback stopping it, once refused): 400
+        malformed_request in the envelope, in its turn."""
+        if not self._refused:
+            self._refuse(refusals.malformed())
 
     def on_headers_complete(self) -> None:
         if self._refused:

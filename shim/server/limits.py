@@ -9,6 +9,9 @@ from .roster import Roster, address_matcher
 
 KEEP_ALIVE_SECONDS = 5  # idle time allowed between requests on one connection (uvicorn's timeout_keep_alive)
 MAX_HEADER_BYTES = 64 * 1024  # one request's line and headers together
+MAX_HEADERS = 100  # header fields of one request (HAProxy and Envoy refuse past 100 too)
+# Chunks of one chunked body: each costs the loop a parser callback and a copy, whatever its size.
+MAX_BODY_CHUNKS = 1024
 MAX_PIPELINED_REQUESTS = 16  # requests one connection may queue behind the one being answered
 # The server's deadline for a body comes this long after BODY_TIMEOUT_SECONDS, so that an admitted POST's own 408
 # (shim/edge/body.py, counted from admission) is answered first; the server's cuts what the app does not read.

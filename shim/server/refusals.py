@@ -6,15 +6,17 @@ import json
 import uuid
 
 from ..edge.framing import closing
-from ..error_codes import HEADERS_TOO_LARGE, TOO_MANY_CONNECTIONS, TOO_MANY_PIPELINED, PublicError
+from ..error_codes import (HEADERS_TOO_LARGE, MALFORMED, TOO_LARGE, TOO_MANY_CONNECTIONS, TOO_MANY_PIPELINED,
+                           PublicError)
 from ..errors import envelope
-from .limits import MAX_HEADER_BYTES, ConnectionLimits
+from .limits import MAX_BODY_CHUNKS, MAX_HEADER_BYTES, MAX_HEADERS, ConnectionLimits
 
 
 def _closing_answer(error: PublicError, message: str) -> bytes:
     """A whole response written to the transport, for what the server refuses before there is a request."""
     body = json.dumps(envelope(error, message))
-    policy = "".join(f"{name.lower()}: {value}\r\n" for name, value in error.headers().items())
+    headers = {**error.headers(), "Connection": "close"}  # whatever the code's policy elsewhere: this one closes
+    policy = "".join(f"{name.lower()}: {value}\r\n" for name, value in headers.items())
     return (f"HTTP/1.1 {error.status} {error.phrase}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n{policy}x-request-id: {uuid.uuid4().hex}\r\n\r\n"
             f"{body}").encode("ascii")
@@ -23,6 +25,20 @@ def _closing_answer(error: PublicError, message: str) -> bytes:
 def headers_too_large() -> bytes:
     return _closing_answer(HEADERS_TOO_LARGE,
                            f"the request line and headers are larger than {MAX_HEADER_BYTES} bytes")
+
+
+def too_many_headers() -> bytes:
+    return _closing_answer(HEADERS_TOO_LARGE, f"the request has more than {MAX_HEADERS} headers (MAX_HEADERS)")
+
+
+def too_many_chunks() -> bytes:
+    return _closing_answer(TOO_LARGE, f"the body arrives in more than {MAX_BODY_CHUNKS} chunks (MAX_BODY_CHUNKS); "
+                                      f"send larger chunks, or a Content-Length")
+
+
+def malformed() -> bytes:
+    """uvicorn's own 400 for a request its parser cannot read, in the envelope."""
+    return _closing_answer(MALFORMED, MALFORMED.words or "")
 
 
 def too_many_pipelined(max_pipelined: int) -> bytes:

@@ -5,13 +5,18 @@ or since it opened). When a request's headers are complete on a connection, `adm
 
 * its peer (the client's address) holds more than `per_peer` connections: that peer's own idle connections are
   closed, oldest idle first, to bring it back to its share; if they are not enough the request is refused;
-* the server holds more than `total` connections: idle connections of any peer are closed, oldest idle first; if
-  they are not enough the request is refused.
+* the server holds more than `total` connections: connections are closed, oldest first within each kind: the idle
+  ones of sources holding more than the asking one, then heads still arriving (a request begun, its headers not
+  complete) of the heaviest source while it holds more than the asking one, then anyone's idle ones; if that is not
+  enough the request is refused.
 
-So connections that only wait (keep-alive between requests, or opened and silent) never keep a request out, and one
-peer cannot hold more than its share of the busy ones. Peers in `exempt` (the balancers in front: every client behind
-one shares its address) count towards `total` only; the per-source limits are the balancer's there. When a request
-is refused nothing is closed. This is bookkeeping only: it never touches a socket, the server closes what it names.
+So connections that only wait (keep-alive between requests, or opened and silent) never keep a request out, one
+peer cannot hold more than its share of the busy ones, and a few sources each holding their whole share in slow
+heads cannot keep out a source that holds little. A peer counts as its source: an IPv4 address, or an IPv6
+address's /64 (as the balancer keys them), so one host's many addresses are one source. Peers in `exempt` (the
+balancers in front: every client behind one shares its address) count towards `total` only; the per-source limits
+are the balancer's there. When a request is refused nothing is closed. This is bookkeeping only: it never
+touches a socket, the server closes what it names.
 """
 from __future__ import annotations
 
@@ -32,9 +37,10 @@ class Verdict:
 
 @dataclass
 class _Entry:
-    peer: Peer
+    peer: Peer  # its source (source_of)
     capped: bool  # counted against the per-peer share
     busy: int = 0  # requests begun and not answered
+    in_head: bool = False  # its latest request began and is not admitted yet: closing it loses no admitted work
 
 
 @dataclass
@@ -50,17 +56,23 @@ class Roster:
         return len(self._entries)
 
     def held_by(self, peer: Peer) -> int:
-        return self._per_peer.get(peer, 0)
+        return self._per_peer.get(source_of(peer), 0)
+
+    @property
+    def busy(self) -> int:
+        """Connections with a request begun and not answered."""
+        return len(self._entries) - len(self._idle)
 
     def is_idle(self, connection: Hashable) -> bool:
         return connection in self._idle
 
     def opened(self, connection: Hashable, peer: Peer) -> None:
         capped = self.per_peer is not None and not self.exempt(peer)
-        self._entries[connection] = _Entry(peer, capped)
+        source = source_of(peer)
+        self._entries[connection] = _Entry(source, capped)
         self._idle[connection] = None
         if capped:
-            self._per_peer[peer] = self._per_peer.get(peer, 0) + 1
+            self._per_peer[source] = self._per_peer.get(source, 0) + 1
 
     def closed(self, connection: Hashable) -> None:
         """Gone (closed by either side, or evicted); a second call is a no-op."""
@@ -79,12 +91,14 @@ class Roster:
         entry = self._entries.get(connection)
         if entry is not None:
             entry.busy += 1
+            entry.in_head = True
             self._idle.pop(connection, None)
 
     def request_answered(self, connection: Hashable) -> None:
         entry = self._entries.get(connection)
         if entry is not None and entry.busy:
             entry.busy -= 1
+            entry.in_head = False
             if not entry.busy:
                 self._idle[connection] = None  # the newest idle
 
@@ -125,24 +139,80 @@ class Roster:
             excess = len(self._entries) - len(evict) - self.total
             if excess > 0:
                 chosen = set(evict)
-                others = self._oldest_idle(connection, lambda other: True, excess, chosen)
+                mine = self._held(entry)
+                # heavier sources' idle connections first, then their heads, then anyone's idle: a light source's
+                # kept-alive connection is the last to go
+                others = self._oldest_idle(connection, lambda other: self._held(other) > mine, excess, chosen)
+                chosen.update(others)
+                others += self._heaviest_heads(connection, entry, excess - len(others), chosen)
+                others += self._oldest_idle(connection, lambda other: True, excess - len(others), chosen)
                 if len(others) < excess:
                     return Verdict(False, over="total")
                 evict.extend(others)
+        entry.in_head = False
         for victim in evict:
             self.closed(victim)
         return Verdict(True, tuple(evict))
+
+    def _held(self, entry: _Entry) -> int:
+        return self._per_peer.get(entry.peer, 0) if entry.capped else 0
+
+    def _heaviest_heads(self, asking: Hashable, entry: _Entry, count: int, skip: set) -> list[Hashable]:
+        """Up to `count` heads still arriving, each of the source then holding the most connections, oldest first,
+        while it holds more than the asking connection's source (its new connection counted): the asker never takes
+        from a source that holds no more than its own."""
+        if count <= 0:
+            return []
+        held = dict(self._per_peer)
+        for other in skip:
+            victim = self._entries[other]
+            if victim.capped:
+                held[victim.peer] -= 1
+        mine = held.get(entry.peer, 0) if entry.capped else 0
+        found: list[Hashable] = []
+        while len(found) < count and held:
+            heaviest = max(held, key=held.__getitem__)
+            if heaviest == entry.peer or held[heaviest] <= mine:
+                break
+            head = next((other for other, candidate in self._entries.items()
+                         if other != asking and other not in skip and candidate.in_head and candidate.busy == 1
+                         and candidate.capped and candidate.peer == heaviest), None)
+            if head is None:
+                del held[heaviest]  # nothing of it can give way; the next heaviest may
+                continue
+            found.append(head)
+            skip.add(head)
+            held[heaviest] -= 1
+        return found
 
     def _oldest_idle(self, asking: Hashable, wanted: Callable[[_Entry], bool], count: int,
                      skip: Iterable[Hashable] = ()) -> list[Hashable]:
         skipped = set(skip)
         found: list[Hashable] = []
+        if count <= 0:
+            return found
         for other in self._idle:
             if len(found) == count:
                 break
             if other != asking and other not in skipped and wanted(self._entries[other]):
                 found.append(other)
         return found
+
+
+def source_of(peer: Peer) -> Peer:
+    """The source a peer counts as: its IPv4 address (an IPv4-mapped IPv6 one included), or its IPv6 address's /64,
+    as HAProxy keys its stick tables; anything else (None, a Unix socket's path) as it is."""
+    if peer is None:
+        return None
+    try:
+        address = ipaddress.ip_address(peer.split("%", 1)[0])
+    except ValueError:
+        return peer
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 def address_matcher(networks: Iterable[str]) -> Callable[[Peer], bool]:

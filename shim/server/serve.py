@@ -10,6 +10,7 @@ from .limits import KEEP_ALIVE_SECONDS, ConnectionLimits
 
 if TYPE_CHECKING:
     from ..app import Service
+    from ..metrics import ShimMetrics
 
 
 def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uvicorn.Config:
@@ -21,7 +22,12 @@ def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uv
                           timeout_keep_alive=KEEP_ALIVE_SECONDS, access_log=False, **logging)
 
 
-def run(service: Service, host: str, port: int, log_config: dict | None = None) -> None:
-    """The service's app under uvicorn, its connections bounded by its settings, its drain begun on SIGTERM."""
+def run(service: Service, host: str, port: int, log_config: dict | None = None,
+        metrics: ShimMetrics | None = None) -> None:
+    """The service's app under uvicorn, its connections bounded by its settings (and counted in `metrics`), its
+    drain begun on SIGTERM."""
     limits = ConnectionLimits.of(service.settings)
-    DrainingServer(config(service.app, host, port, log_config), service.drain, limits).run()
+    server = DrainingServer(config(service.app, host, port, log_config), service.drain, limits)
+    if metrics is not None:
+        metrics.watch_connections(server.roster, limits.max_connections)
+    server.run()

@@ -41,6 +41,7 @@ SERVER_NAME = "intern-decision-serve"
 COMPONENTS = "#/components/schemas/"
 NOT_STRICT = "mcp_body_not_strict"  # the key, in the request's scope state, of why its body is not strict JSON
 ARGUMENTS = "mcp_tool_arguments"  # the key, in the request's scope state, of a tools/call's arguments, parsed once
+LARGE = "mcp_large_body"  # the key of whether the body was over ON_LOOP_BYTES (its arguments are read off the loop)
 SDK_MESSAGE_BYTES = ON_LOOP_BYTES  # what the SDK may parse on the loop: a message without its tool arguments
 
 
@@ -116,7 +117,7 @@ class SystemOneTools:
     async def running(self) -> AsyncIterator[None]:
         """For the app's lifespan: the SDK's task group, in which every call's handler runs (a manager runs once,
         so each lifespan gets its own)."""
-        self._manager = StreamableHTTPSessionManager(app=self._server, json_response=True, stateless=True)
+        self._manager = self._new_manager()
         try:
             async with self._manager.run():
                 yield
@@ -127,11 +128,15 @@ class SystemOneTools:
         receive = await _read_once(scope, receive, send)
         if receive is None:
             return
-        if self._manager is None:  # an app run without its lifespan (unit tests' ASGI transport)
-            async with self.running():
-                await self._manager.handle_request(scope, receive, send)
+        if self._manager is None:  # an app run without its lifespan (unit tests' ASGI transport): one per request
+            manager = self._new_manager()
+            async with manager.run():
+                await manager.handle_request(scope, receive, send)
             return
         await self._manager.handle_request(scope, receive, send)
+
+    def _new_manager(self) -> StreamableHTTPSessionManager:
+        return StreamableHTTPSessionManager(app=self._server, json_response=True, stateless=True)
 
     async def _list_tools(self, ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=self._tools)
@@ -149,7 +154,7 @@ class SystemOneTools:
                                                    f"{', '.join(sorted(self._operations))}"))
         arguments = state[ARGUMENTS] if ARGUMENTS in state else params.arguments
         try:
-            result = await operation(arguments or {}, request_id)
+            result = await operation(arguments or {}, request_id, state.get(LARGE, False))
         except (ApiError, UnprocessableRequest) as exc:
             return tool_error(exc)
         except (QueueStopped, ClientGone) as exc:
@@ -157,13 +162,13 @@ class SystemOneTools:
         return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(result))],
                                     structured_content=result)
 
-    async def _system_one(self, arguments: dict, request_id: str) -> dict:
-        return await self._service.answer(arguments, request_id)
+    async def _system_one(self, arguments: dict, request_id: str, large: bool) -> dict:
+        return await self._service.answer(arguments, request_id, large)
 
-    async def _batch(self, arguments: dict, request_id: str) -> dict:
-        return await self._service.batch(arguments, request_id)
+    async def _batch(self, arguments: dict, request_id: str, large: bool) -> dict:
+        return await self._service.batch(arguments, request_id, large)
 
-    async def _models(self, arguments: dict, request_id: str) -> dict:
+    async def _models(self, arguments: dict, request_id: str, large: bool) -> dict:
         if arguments:
             raise UnprocessableRequest(f"list_models takes no arguments, got {', '.join(sorted(arguments))}")
         return await self._service.models()
@@ -185,6 +190,7 @@ async def _read_once(scope: Scope, receive: Receive, send: Send) -> Receive | No
     arguments = _tool_arguments(message)
     if arguments is not None:
         state[ARGUMENTS] = arguments
+        state[LARGE] = len(body) > ON_LOOP_BYTES
         message = {**message, "params": {**message["params"], "arguments": {}}}
     handed = json.dumps(message, ensure_ascii=False).encode("utf-8") if _small(message) else None
     if handed is None or len(handed) > SDK_MESSAGE_BYTES:
@@ -196,17 +202,26 @@ async def _read_once(scope: Scope, receive: Receive, send: Send) -> Receive | No
 
 def _small(value: Any) -> bool:
     """Whether `value` may serialize within SDK_MESSAGE_BYTES, read without serializing it (which would hold the loop
-    for a large one): at least a byte for each value, each character of a string and each digit of a number."""
+    for a large one): counted as json.dumps writes it, at least, each separator, quote, digit and character; a float
+    by its repr, so that a few thousand of them cost the loop nothing before the 413."""
     budget, pending = SDK_MESSAGE_BYTES, [value]
     while pending:
         current = pending.pop()
         if isinstance(current, str):
-            budget -= 1 + len(current)
+            budget -= 2 + len(current)
+        elif isinstance(current, bool) or current is None:
+            budget -= 4
         elif isinstance(current, int):
             budget -= 1 + current.bit_length() // 4  # at least one decimal digit per 4 bits
+        elif isinstance(current, float):
+            budget -= len(repr(current))
+        elif isinstance(current, dict):
+            budget -= 2 + 4 * len(current)  # braces, and ": " and ", " per member
+        elif isinstance(current, list):
+            budget -= 2 + 2 * len(current)  # brackets, and ", " per element
         else:
             budget -= 1
-        if budget < 0:
+        if budget < 0:  # before a large container's members are looked at
             return False
         if isinstance(current, dict):
             pending.extend(current.keys())

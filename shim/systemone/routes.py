@@ -8,7 +8,7 @@ from starlette.routing import Route
 
 from wire import strict_json
 
-from ..json_body import strict_body
+from ..json_body import ON_LOOP_BYTES, strict_body
 from .request import SystemOneInvalid
 from .service import SystemOneService
 
@@ -25,10 +25,14 @@ def systemone_routes(service: SystemOneService) -> list[Route]:
         return JSONResponse(await service.models())
 
     async def system_one(request: Request) -> JSONResponse:
-        return JSONResponse(await service.answer(await _body(await request.body()), request.state.request_id))
+        raw = await request.body()
+        return JSONResponse(await service.answer(await _body(raw), request.state.request_id,
+                                                 len(raw) > ON_LOOP_BYTES))
 
     async def batch(request: Request) -> JSONResponse:
-        return JSONResponse(await service.batch(await _body(await request.body()), request.state.request_id))
+        raw = await request.body()
+        return JSONResponse(await service.batch(await _body(raw), request.state.request_id,
+                                                len(raw) > ON_LOOP_BYTES))
 
     return [Route("/v1/models", models, methods=["GET"]), Route("/v1/systemone", system_one, methods=["POST"]),
             Route("/v1/systemone/batch", batch, methods=["POST"])]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import note_usage
+from ..json_body import read_body
 from ..errors import ModelFailure, validation_detail
 from ..port.calls import CallRunner
 from ..port.facts_cache import FactsCache
@@ -25,15 +26,16 @@ class SystemOneService:
         facts = await self._facts.get()
         return models_body(Catalog.of(facts, self._settings), facts, self._settings)
 
-    async def answer(self, body: Any, request_id: str) -> dict:
-        request = parse_request(body, self._settings.max_decisions)
+    async def answer(self, body: Any, request_id: str, large: bool = False) -> dict:
+        """large: the body was over json_body.ON_LOOP_BYTES, and is read into its request off the loop."""
+        request = await read_body(large, parse_request, body, self._settings.max_decisions)
         catalog = await self._catalog()
         _check_model(catalog, request, ["body"])
         result = await self._run(catalog, request, request_id, None)
         _note_usage([result])
         return result
 
-    async def batch(self, body: Any, request_id: str) -> dict:
+    async def batch(self, body: Any, request_id: str, large: bool = False) -> dict:
         if not isinstance(body, dict):
             raise SystemOneInvalid(["body"], "must be a JSON object", "dict_type")
         items = body.get("requests")
@@ -43,8 +45,7 @@ class SystemOneService:
         if not 1 <= len(items) <= limit:
             raise SystemOneInvalid(["body", "requests"], f"must hold 1..{limit} requests (MAX_BATCH_ITEMS), got "
                                    f"{len(items)}", "too_short" if not items else "too_long")
-        requests = [parse_request(item, self._settings.max_decisions, ["body", "requests", index])
-                    for index, item in enumerate(items)]
+        requests = await read_body(large, _parse_items, items, self._settings.max_decisions)
         catalog = await self._catalog()
         for index, request in enumerate(requests):
             _check_model(catalog, request, ["body", "requests", index])
@@ -65,6 +66,10 @@ class SystemOneService:
         except ModelFailure as exc:
             raise _named(exc, calls, item) from None
         return response_body(catalog.canonical, calls, ran.answers)
+
+
+def _parse_items(items: list, max_questions: int) -> list[SystemOneRequest]:
+    return [parse_request(item, max_questions, ["body", "requests", index]) for index, item in enumerate(items)]
 
 
 def _note_usage(results: list[dict]) -> None:

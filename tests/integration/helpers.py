@@ -117,7 +117,8 @@ def assert_equals_predict(answers: dict, local: dict) -> None:
 
 
 def infer_calls(server: TritonServer, payloads: list, request_id: str = "") -> list[dict]:
-    """One inference request carrying the calls (wire protocol v2); the answers in call order."""
+    """One inference request carrying the calls, each with its state (wire protocol v3 without STATE); the answers in
+    call order."""
     raws = [payload if isinstance(payload, bytes) else json.dumps(payload).encode() for payload in payloads]
     tensor = httpclient.InferInput("REQUEST", [len(raws)], "BYTES")
     tensor.set_data_from_numpy(np.array(raws, dtype=np.object_))

@@ -5,6 +5,7 @@ import hashlib
 import json
 import time
 
+import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -121,6 +122,28 @@ def test_a_requests_calls_are_answered_in_order_each_equal_to_predict_in_process
     assert len(served) == len(requests)
     for request, answer in zip(requests, served):
         local = engine.predict(request)
+        assert (answer["answers"], answer["usage"]) == (local["answers"], local["usage"])
+
+
+def test_calls_sharing_one_state_sent_once_are_each_equal_to_predict_in_process(triton, in_process):
+    """Wire protocol v3: the state every call shares travels once, in STATE, and each call without it is answered as
+    the same call carrying it, number for number."""
+    module, engine = in_process
+    base = REQUESTS["one choice over a string state"]
+    state = {"ticket": 4512, "notes": ["charged twice", 0.25, None]}
+    calls = [{"questions": base["questions"]}, {"questions": REQUESTS[sorted(REQUESTS)[0]]["questions"]}]
+    tensors = []
+    for name, texts in (("REQUEST", [json.dumps(call).encode() for call in calls]),
+                        ("STATE", [json.dumps(state).encode()])):
+        tensor = httpclient.InferInput(name, [len(texts)], "BYTES")
+        tensor.set_data_from_numpy(np.array(texts, dtype=np.object_))
+        tensors.append(tensor)
+    with httpclient.InferenceServerClient(triton.http_url) as client:
+        result = client.infer(MODEL, tensors, headers=triton.key_header)
+    served = [json.loads(answer) for answer in result.as_numpy("RESPONSE")]
+    assert len(served) == len(calls)
+    for call, answer in zip(calls, served):
+        local = engine.predict({"state": state, **call})
         assert (answer["answers"], answer["usage"]) == (local["answers"], local["usage"])
 
 

@@ -286,6 +286,19 @@ def test_one_address_cannot_hold_the_idle_shims_queue_with_trickled_bodies(tmp_p
     assert answers and all(answer.startswith(b"HTTP/1.1 429") for answer in answers), answers
 
 
+def test_the_balancer_speaks_http1_only_and_refuses_cleartext_http2(stack):
+    """HAProxy took HTTP/2 with prior knowledge: 100 streams on one connection, past the per-connection bounds."""
+    with connect(stack, "127.0.0.30") as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000"))
+        sock.settimeout(5)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError, socket.timeout):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    assert not answer.startswith(bytes.fromhex("000000040000000000")[:3])  # no SETTINGS frame: not HTTP/2
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 400")
+
+
 def test_one_address_is_held_to_its_request_rate_and_another_is_still_served(stack):
     with stack.client("127.0.0.4") as busy, stack.client("127.0.0.5") as other:
         statuses = [busy.get("/health").status_code for _ in range(REQUESTS + 5)]

@@ -7,6 +7,10 @@ Fronts: the real shim server over the fake model published alone (tests/unit/fak
 HAProxy rendered from the production template (devstack/haproxy.py). The bounds are set small (a few connections,
 a small queue, 64 KiB bodies) so that every attack goes past them in a fraction of a second.
 
+A second matrix holds the count bounds and many sources (a header flood, a chunk flood, 16 sources each past its
+share of trickled heads) against the GETs and one POST route: each of its cells also asserts that the attacker met
+its bound (its answers, or its connections refused), and reads the victim's /health p99 over at least 100 answers.
+
 Every address of 127.0.0.0/8 is loopback on Linux: each cell's attacker and victim call from addresses of their own."""
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from shim.app import create_app
 from shim.settings import ShimSettings
 from tests.raw_http import pipelined, read_until_closed_or, status_lines
 from tests.unit.fake_model import FakeModel
+from shim.server import MAX_BODY_CHUNKS
 from tests.unit.shim_helpers import AUTH, TOKEN, decide_body, options, shared_body
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +53,10 @@ MAX_QUEUE = 4
 PER_SOURCE = 8
 POSTS_PER_SOURCE = 2  # the balancer's share of POSTs in flight per address: a quarter of MAX_QUEUE, as in production
 SHIM_MAX_CONNECTIONS = 32
-BALANCER_MAXCONN = 40  # the balancer's global connections (production's are many more, but bounded all the same)
+# The balancer's global connections: room for MANY_SOURCES attacker sources' whole shares and the victims, as
+# production's 4096 holds 64 sources' shares of 64.
+MANY_SOURCES = 16
+BALANCER_MAXCONN = MANY_SOURCES * PER_SOURCE + 32
 WINDOW_SECONDS = 0.35  # how long the victim is watched while an attack runs
 ATTACK_CLIENTS = PER_SOURCE  # the attacks that send bodies again and again: as many at once as one address may
 VICTIM_POSTS = 4  # one after another, in each of the victim's two rounds
@@ -172,7 +180,9 @@ def request(method: str, path: str, body: bytes = b"", *, length: int | None = N
 class Front:
     name: str
     port: int
-    capacity: int  # the connections the front holds at once, all sources together
+    # the connections one address's attacks open (8 more): past what the front lets one address hold, and at the
+    # shim past what it holds at once, all sources together
+    capacity: int
     log_text: Callable[[], str] = lambda: ""  # the balancer's log, where a slow answer's timings are read
 
     def connect(self, source: str, timeout: float = 5.0) -> socket.socket:
@@ -244,7 +254,8 @@ def front(request, tmp_path_factory) -> Iterator[Front]:
                                 max_body_bytes=MAX_BODY_BYTES)
         try:
             haproxy.start().wait_ready(timeout=30)
-            yield Front("balancer", haproxy.port, BALANCER_MAXCONN, haproxy.log_text)
+            # one address holds PER_SOURCE of the balancer's connections: opening as many as the shim holds is past it
+            yield Front("balancer", haproxy.port, SHIM_MAX_CONNECTIONS, haproxy.log_text)
         finally:
             haproxy.stop()
 
@@ -461,10 +472,10 @@ def addresses() -> tuple[str, str]:
 
 
 class HealthWatch:
-    """GET /health every 20 ms from the victim's address while the attack runs; each answer's seconds."""
+    """GET /health every `interval` seconds from the victim's address while the attack runs; each answer's seconds."""
 
-    def __init__(self, front: Front, source: str):
-        self.front, self.source = front, source
+    def __init__(self, front: Front, source: str, interval: float = 0.02):
+        self.front, self.source, self.interval = front, source, interval
         self.seconds: list[float] = []
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -472,7 +483,7 @@ class HealthWatch:
 
     def _watch(self) -> None:
         with self.front.client(self.source) as client:
-            while not self._stop.wait(0.02):
+            while not self._stop.wait(self.interval):
                 began = time.monotonic()
                 try:
                     status = client.get("/health").status_code
@@ -554,3 +565,121 @@ def test_a_victim_at_another_address_is_served_while_an_attack_runs(front, attac
     assert not health.failures, health.failures
     assert health.p99() < HEALTH_P99_SECONDS, (sorted(health.seconds)[-5:], [
         line for line in front.log_text().splitlines() if line.startswith(victim + ":") and "/health" in line][-40:])
+
+
+# -- count bounds and many sources: each attack also records what the attacker met, and the cell asserts it met its
+# bound (an answer in the envelope, or its connection refused), not only that the victim was served.
+
+HEALTH_SAMPLES = 100  # the victim's /health answers a cell's p99 is read over, at least
+
+
+class Met:
+    """What the attacker's requests got: each a status code, or "closed" (refused as it connected or as it began)."""
+
+    def __init__(self):
+        self.seen: list[int | str] = []
+        self._lock = threading.Lock()
+
+    def note(self, sock: socket.socket) -> None:
+        answer = read_until_closed_or(sock, 1 << 16, seconds=3)
+        with self._lock:
+            self.seen.append(int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else "closed")
+
+
+def header_flood(front: Front, entry: str, source: str, met: Met):
+    """13,000 empty headers per request (64 KiB), on a new connection each time: 15–30 ms of the loop each before
+    the count bound."""
+    method, path = target(entry, 0)
+    head = request(method, path, small_valid(path) if method == "POST" else b"").split(b"\r\n\r\n")
+    flood = head[0] + b"\r\n" + b"a:\r\n" * 13_000 + b"\r\n" + head[1]
+
+    def send(worker: int, stop: threading.Event) -> None:
+        with contextlib.closing(front.connect(source)) as sock:
+            send_quietly(sock, flood)
+            met.note(sock)
+
+    return looping(ATTACK_CLIENTS, send)
+
+
+def chunk_flood(front: Front, entry: str, source: str, met: Met):
+    """A body of 1-byte chunks, twice the chunk bound, on a new connection each time."""
+    method, path = target(entry, 0)
+    body = body_for(entry, small_valid)
+    padded = (body + b" " * (2 * MAX_BODY_CHUNKS))[:2 * MAX_BODY_CHUNKS]
+    chunks = b"".join(b"1\r\n%c\r\n" % byte for byte in padded)
+    head = b"\r\n".join(line for line in request("GET", path).split(b"\r\n\r\n")[0].split(b"\r\n"))
+    flood = (head.replace(b"GET ", method.encode() + b" ", 1) + b"\r\nContent-Type: application/json\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
+
+    def send(worker: int, stop: threading.Event) -> None:
+        with contextlib.closing(front.connect(source)) as sock:
+            send_quietly(sock, flood)
+            met.note(sock)
+
+    return looping(ATTACK_CLIENTS, send)
+
+
+@contextlib.contextmanager
+def many_sources_trickling_heads(front: Front, entry: str, source: str, met: Met) -> Iterator[None]:
+    """MANY_SOURCES addresses, each holding one more trickled head than its share: together far more than the
+    front's connections. The head past each source's share is refused (a 503 at its first byte at the shim; refused
+    as it connects at the balancer), and at the shim a new source takes the heaviest source's oldest head."""
+    network = source.rsplit(".", 1)[0]
+    sources = [f"{network}.{10 + n}" for n in range(MANY_SOURCES)]
+    starts = [request(*target(entry, index)).split(b"\r\n\r\n")[0] + b"\r\nX-Trickle: "
+              for index in range(PER_SOURCE)]
+    held = Sockets()
+    extra = []
+    for each in sources:
+        for start in starts:
+            send_quietly(held.open(front, each), start)
+    time.sleep(0.1)
+    for each in sources:  # one past the share
+        sock = held.open(front, each)
+        send_quietly(sock, starts[0])
+        extra.append(sock)
+
+    def trickle(worker: int, stop: threading.Event) -> None:
+        while not stop.wait(0.1):
+            for sock in held.held:
+                send_quietly(sock, b"a")
+
+    try:
+        with looping(1, trickle):
+            yield
+    finally:
+        for sock in extra:
+            if sock is None:
+                met.seen.append("closed")
+            else:
+                met.note(sock)
+        held.close()
+
+
+COUNT_ATTACKS = {attack.__name__: attack for attack in (header_flood, chunk_flood, many_sources_trickling_heads)}
+# What each attack's requests may meet, by front: the bound it names (HAProxy refuses past 100 headers itself,
+# 400; it forwards a chunked body re-chunked by its buffers, so the shim's chunk bound is not what meets it there:
+# its POSTs in flight and the shim's body bounds are). "closed" at the balancer: a connection past the source's
+# share, refused as it connects.
+BOUNDS = {
+    ("header_flood", "shim"): {431}, ("header_flood", "balancer"): {400, "closed"},
+    ("chunk_flood", "shim"): {413}, ("chunk_flood", "balancer"): {200, 413, 422, 429, "closed"},
+    ("many_sources_trickling_heads", "shim"): {503, "closed"},
+    ("many_sources_trickling_heads", "balancer"): {"closed"},
+}
+
+
+@pytest.mark.parametrize("entry", [GET_ENTRY, "/v1/systemone"])
+@pytest.mark.parametrize("attack", list(COUNT_ATTACKS))
+def test_an_attacker_meets_its_bound_while_a_victim_is_served(front, attack, entry):
+    attacker, victim = addresses()
+    met = Met()
+    with COUNT_ATTACKS[attack](front, entry, attacker, met), HealthWatch(front, victim, 0.005) as health:
+        unserved = victim_is_served(front, entry, victim)
+        while len(health.seconds) < HEALTH_SAMPLES and not unserved:
+            time.sleep(0.1)
+        unserved = unserved or victim_is_served(front, entry, victim)
+    assert not unserved, unserved
+    assert not health.failures, health.failures
+    assert len(health.seconds) >= HEALTH_SAMPLES and health.p99() < HEALTH_P99_SECONDS, sorted(health.seconds)[-5:]
+    assert met.seen and set(met.seen) <= BOUNDS[attack, front.name], met.seen

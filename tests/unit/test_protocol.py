@@ -13,6 +13,25 @@ def test_a_json_object_is_decoded_unchanged():
     assert decode_call(json.dumps(request, ensure_ascii=False).encode()) == request
 
 
+def test_a_call_without_its_state_takes_the_shared_state_read_afresh_and_first_as_when_it_carried_it():
+    request = {"state": {"a": [1, 2.5, None], "é": "x"}, "questions": {"q": {"type": "noul"}}}
+    shared = json.dumps(request["state"], ensure_ascii=False).encode()
+    first = decode_call(json.dumps({"questions": request["questions"]}).encode(), shared)
+    second = decode_call(json.dumps({"questions": request["questions"]}).encode(), shared)
+    assert first == request == decode_call(json.dumps(request, ensure_ascii=False).encode())
+    assert list(first) == ["state", "questions"] and first["state"] is not second["state"]
+
+
+@pytest.mark.parametrize("raw, shared, message", [
+    (b'{"state": 1, "questions": {}}', b"2", "a call carries a state of its own beside the request's shared STATE"),
+    (b'{"questions": {}}', b"[NaN]", "NaN is not a JSON number"),
+    (b'{"questions": {}}', b"\xff", "the state is not UTF-8"),
+])
+def test_a_shared_state_beside_a_calls_own_or_not_strict_is_an_invalid_request(raw, shared, message):
+    with pytest.raises(InvalidRequest, match=message):
+        decode_call(raw, shared)
+
+
 @pytest.mark.parametrize("raw, message", [
     (b"\xff\xfe", "the request is not UTF-8"),
     (b"{not json", "the request is not JSON: Expecting property name"),

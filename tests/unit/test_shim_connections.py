@@ -140,6 +140,66 @@ def test_both_limits_at_once_close_the_peers_own_idle_then_the_oldest_idle():
     assert len(table) == 2 and table.held_by("10.0.0.1") == 2
 
 
+def heads(table: Roster, source: str, count: int, prefix: str) -> list[str]:
+    """`count` connections from `source`, each with a head begun (busy, not admitted)."""
+    names = [f"{prefix}-{n}" for n in range(count)]
+    for name in names:
+        table.opened(name, source)
+        table.request_began(name)
+        assert table.admit_peer(name).admitted
+    return names
+
+
+def test_a_full_pool_of_heads_gives_way_to_a_new_source_from_the_heaviest_source_oldest_first():
+    """4 sources × their whole share of trickled heads filled MAX_CONNECTIONS: every request from a fifth was 503."""
+    table = roster(total=8, per_peer=3)
+    a = heads(table, "10.0.0.1", 3, "a")
+    heads(table, "10.0.0.2", 2, "b")
+    heads(table, "10.0.0.3", 3, "c")
+    table.opened("victim", "10.0.0.9")
+    table.request_began("victim")
+    verdict = table.admit("victim")
+    assert verdict.admitted and verdict.evict == (a[0],)  # 10.0.0.1 and .3 hold 3 each: the first found, oldest
+    assert table.held_by("10.0.0.1") == 2 and len(table) == 8
+
+
+def test_a_source_never_takes_from_one_no_heavier_than_itself_nor_an_admitted_request():
+    table = roster(total=4, per_peer=3)
+    mine = heads(table, "10.0.0.1", 2, "mine")
+    theirs = heads(table, "10.0.0.2", 2, "theirs")
+    table.admit(theirs[0])  # admitted: the app has it, it never gives way
+    table.opened("more", "10.0.0.1")
+    table.request_began("more")
+    assert table.admit("more") == Verdict(False, over="total")  # 10.0.0.2 holds 2, this source 3 with it
+    table.closed("more")
+    table.closed(mine[0])
+    heads(table, "10.0.0.2", 1, "late")  # 10.0.0.2 holds 3 again, one of them admitted
+    table.opened("new", "10.0.0.7")
+    table.request_began("new")
+    verdict = table.admit("new")
+    assert verdict.admitted and verdict.evict == (theirs[1],)
+
+
+@pytest.mark.parametrize("peer, same, other", [
+    ("2001:db8:1:2::5", "2001:db8:1:2:ffff::9", "2001:db8:1:3::5"),
+    ("10.0.0.1", "::ffff:10.0.0.1", "10.0.0.2"),
+    ("fe80::1%eth0", "fe80::2", "fe80:0:0:1::1"),
+])
+def test_an_ipv6_source_is_its_64_and_an_ipv4_mapped_address_is_the_ipv4_one(peer, same, other):
+    table = roster(per_peer=2)
+    table.opened("a", peer)
+    table.opened("b", same)
+    table.opened("c", other)
+    assert table.held_by(peer) == table.held_by(same) == 2 and table.held_by(other) == 1
+    table.request_began("c")
+    assert table.admit_peer("c").admitted
+    table.request_began("b")
+    table.request_began("a")
+    table.opened("d", same)
+    table.request_began("d")
+    assert not table.admit_peer("d").admitted  # the /64's share of 2 is taken, whatever the address in it
+
+
 def test_the_per_peer_count_follows_opens_and_closes_and_forgets_an_empty_peer():
     table = roster(per_peer=5)
     table.opened("a", "10.0.0.1")
@@ -406,11 +466,12 @@ def test_the_metrics_server_closes_a_request_trickled_past_its_deadline(metrics_
 
 
 def test_the_metrics_server_answers_503_beyond_its_connections_at_once(metrics_server):
-    held = [socket.create_connection(metrics_server, timeout=10) for _ in range(2)]
+    held = [socket.create_connection(metrics_server, timeout=10, source_address=(f"127.0.0.{2 + n}", 0))
+            for n in range(2)]  # from two addresses: the bound at once, not one address's share
     try:
         for sock in held:
             sock.sendall(b"GET /")
-        with socket.create_connection(metrics_server, timeout=10) as sock:
+        with socket.create_connection(metrics_server, timeout=10, source_address=("127.0.0.4", 0)) as sock:
             sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
             refused = closed_within(sock, 10)
     finally:
@@ -425,3 +486,47 @@ def test_the_metrics_server_answers_503_beyond_its_connections_at_once(metrics_s
         except OSError:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_one_address_holds_at_most_its_share_of_the_metrics_connections():
+    """Eight silent sockets from one address held every scrape for 10 s; now that address holds two, and a scrape from
+    another address is served meanwhile."""
+    served = metrics.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=5, max_connections=4)
+    address = served.server_address[:2]
+    held = [socket.create_connection(address, timeout=10, source_address=("127.0.0.1", 0)) for _ in range(8)]
+    try:
+        refused = [closed_within(sock, 10) for sock in held[metrics.MAX_PER_PEER:]]
+        assert all(answer.startswith(b"HTTP/1.0 503 ") for answer in refused)
+        started = time.monotonic()
+        with socket.create_connection(address, timeout=10, source_address=("127.0.0.2", 0)) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert closed_within(sock, 10).startswith(b"HTTP/1.0 200 ")
+        assert time.monotonic() - started < 1
+    finally:
+        for sock in held:
+            sock.close()
+        served.shutdown()
+        served.server_close()
+
+
+def test_a_metrics_connection_that_sends_nothing_is_closed_at_the_first_byte_deadline():
+    served = metrics.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=9)
+    try:
+        with socket.create_connection(served.server_address[:2], timeout=10) as sock:
+            started = time.monotonic()
+            assert closed_within(sock, 10) == b""
+            assert metrics.FIRST_BYTE_SECONDS - 0.1 < time.monotonic() - started < metrics.FIRST_BYTE_SECONDS + 1
+    finally:
+        served.shutdown()
+        served.server_close()
+
+
+def test_the_metrics_read_the_rosters_open_and_busy_connections_and_the_limit():
+    shim_metrics = metrics.ShimMetrics()
+    table = roster(total=4, per_peer=2)
+    shim_metrics.watch_connections(table, 4)
+    heads(table, "10.0.0.1", 2, "a")
+    table.opened("silent", "10.0.0.2")
+    value = shim_metrics.registry.get_sample_value
+    assert (value("intern_decision_shim_connections_open"), value("intern_decision_shim_connections_busy"),
+            value("intern_decision_shim_connections_max")) == (3, 2, 4)

@@ -389,13 +389,11 @@ def test_the_parse_worker_rests_after_each_parse_for_as_long_as_it_parsed(monkey
         return loads
 
     monkeypatch.setattr(json_body, "time", clock)
-    parser = json_body._Parser()
-    monkeypatch.setattr(strict_json, "loads", parse_taking(0.2))
-    parser._parse(b"[]", "the body")
-    monkeypatch.setattr(strict_json, "loads", parse_taking(0.05))
-    parser._parse(b"[]", "the body")
+    worker = json_body._Worker()
+    worker._run(parse_taking(0.2), (b"[]", "the body"))
+    worker._run(parse_taking(0.05), (b"[]", "the body"))
     clock.now += 1.0  # idle longer than the last parse: no rest owed
-    parser._parse(b"[]", "the body")
+    worker._run(parse_taking(0.05), (b"[]", "the body"))
     assert clock.slept == [0.0, pytest.approx(0.2), 0.0] and gc.isenabled()
 
 

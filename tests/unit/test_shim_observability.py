@@ -186,8 +186,10 @@ def listen_address(env: dict[str, str], shim_host: str) -> tuple[str, int] | Non
     return ShimSettings.from_env({**secrets, **env}, host=shim_host).metrics_address
 
 
-def test_metrics_listen_on_the_shims_host_and_9464_by_default():
-    assert listen_address({}, "0.0.0.0") == ("0.0.0.0", 9464)
+def test_metrics_listen_on_the_shims_host_and_9464_by_default_the_loopback_when_it_listens_on_every_address():
+    assert listen_address({}, "0.0.0.0") == ("127.0.0.1", 9464)
+    assert listen_address({}, "::") == ("::1", 9464)
+    assert listen_address({"INTERN_DECISION_METRICS_HOST": "0.0.0.0"}, "0.0.0.0") == ("0.0.0.0", 9464)
     assert listen_address({"INTERN_DECISION_METRICS_PORT": "9100"}, "127.0.0.1") == ("127.0.0.1", 9100)
     assert listen_address({"INTERN_DECISION_METRICS_HOST": "10.1.2.3"}, "0.0.0.0") == ("10.1.2.3", 9464)
     assert listen_address({"INTERN_DECISION_METRICS_PORT": "0"}, "127.0.0.1") is None

@@ -100,6 +100,66 @@ def test_headers_over_the_limit_are_431_in_the_envelope_and_closed(address):
     assert json.loads(body)["error"]["code"] == "request_header_too_large"
 
 
+def headers(count: int) -> bytes:
+    return b"GET /health HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % n for n in range(count - 1)) + b"Host: x\r\n\r\n"
+
+
+def test_headers_past_their_count_are_431_in_the_envelope_and_closed(address):
+    with connect(address) as sock:
+        sock.sendall(headers(server.MAX_HEADERS))
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")  # 100 headers: served
+    with connect(address) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(headers(server.MAX_HEADERS + 1))
+        answer = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 ") and b"x-request-id: " in head and b"connection: close" in head
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_header_too_large" and "more than 100 headers" in error["message"]
+
+
+def test_a_read_of_thousands_of_headers_costs_the_loop_little(address):
+    """64 KiB of empty headers (13,107 of them) in one read: refused at the 101st, the rest of the read unparsed."""
+    flood = b"GET /health HTTP/1.1\r\n" + b"a:\r\n" * 13_000
+    started = time.monotonic()
+    for _ in range(20):
+        with connect(address) as sock:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(flood)
+            assert read_until_closed(sock).startswith(b"HTTP/1.1 431 ")
+    assert time.monotonic() - started < 2.0  # was 15–30 ms of the loop per request before the count
+
+
+def test_a_request_the_parser_cannot_read_is_400_in_the_envelope_with_an_id(address):
+    with connect(address) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: x\r\n\r\n")
+        answer = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"x-request-id: " in head and b"connection: close" in head
+    assert json.loads(body) == {"error": {"code": "malformed_request", "message": "the request is not valid HTTP/1.1"}}
+
+
+def chunked_post(chunks: int) -> bytes:
+    return (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + AUTH_HEADER
+            + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\n \r\n" * (chunks - 1) + b"2\r\n{}\r\n0\r\n\r\n")
+
+
+def test_a_body_past_its_chunk_count_is_413_in_the_envelope_and_closed(address):
+    with connect(address) as sock:
+        sock.sendall(chunked_post(server.MAX_BODY_CHUNKS))
+        assert read_response(sock).startswith(b"HTTP/1.1 422 ")  # 1024 chunks: read, and the app answers
+    with connect(address) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(chunked_post(server.MAX_BODY_CHUNKS + 1))
+        answer = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ") and b"x-request-id: " in head and b"connection: close" in head
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_too_large" and "(MAX_BODY_CHUNKS)" in error["message"]
+    with connect(address) as sock:
+        assert serves_health(sock)
+
+
 def test_a_kept_alive_connection_serves_request_after_request(address):  # HEADER_TIMEOUT_SECONDS=0.5
     with connect(address) as sock:
         for _ in range(3):
@@ -293,6 +353,24 @@ def test_one_peer_beyond_its_share_is_503_while_another_peer_is_served():
     error = json.loads(refused.partition(b"\r\n\r\n")[2])["error"]
     assert error["code"] == "too_many_connections" and "MAX_CONNECTIONS_PER_PEER" in error["message"]
     assert served.startswith(b"HTTP/1.1 200 ")
+
+
+def test_sources_each_holding_their_share_in_heads_do_not_keep_a_new_source_out():
+    """4 sources × their whole share of trickled heads filled every connection: a fifth source's requests were all
+    503 while /health stayed 200. The heaviest source's heads now give way to it, oldest first."""
+    with serving(MAX_QUEUE="2", MAX_CONNECTIONS="8", MAX_CONNECTIONS_PER_PEER="2") as address:
+        held = [sock for n in range(4) for sock in busy(address, 2, source=f"127.0.0.{2 + n}")]
+        try:
+            time.sleep(0.1)  # every head begun
+            with socket.create_connection(address, 10, ("127.0.0.9", 0)) as sock:
+                sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+                served = read_response(sock)
+            reclaimed = [closed_by_server(sock, 0.5) for sock in held]
+        finally:
+            for sock in held:
+                sock.close()
+    assert served.startswith(b"HTTP/1.1 200 ")
+    assert reclaimed.count(True) == 1 and reclaimed[0]  # the oldest head of a heaviest source
 
 
 def test_a_peers_own_idle_connections_give_way_to_its_request():

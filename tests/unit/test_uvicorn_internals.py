@@ -4,6 +4,7 @@ version everywhere (pyproject.toml's shim extra, constraints/cpu.txt, constraint
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import tomllib
 from collections import deque
@@ -17,7 +18,7 @@ from uvicorn.server import ServerState
 ROOT = Path(__file__).resolve().parents[2]
 # The protocol's callbacks it overrides and calls up to: each must still be uvicorn's.
 OVERRIDDEN = ("connection_made", "connection_lost", "data_received", "on_message_begin", "on_url", "on_header",
-              "on_headers_complete", "on_body", "on_message_complete", "on_response_complete")
+              "on_headers_complete", "on_body", "on_message_complete", "on_response_complete", "send_400_response")
 
 
 def pins() -> dict[str, str]:
@@ -70,8 +71,8 @@ class _Transport(asyncio.Transport):
 
 @pytest.mark.anyio
 async def test_the_private_state_the_bounded_protocol_reads_is_where_it_reads_it():
-    """cycle (and its response_complete), pipeline, parser (get_method), url, app and client: read after a request's
-    headers, as the protocol reads them."""
+    """cycle (its response_complete, response_started, disconnected, message_event), pipeline, parser
+    (get_method), url, app, client and logger: read after a request's headers, as the protocol reads them."""
     async def app(scope, receive, send):
         await asyncio.Event().wait()
 
@@ -86,7 +87,11 @@ async def test_the_private_state_the_bounded_protocol_reads_is_where_it_reads_it
             "url": getattr(protocol, "url", None) == b"/health?x=1",
             "parser.get_method": protocol.parser.get_method() == b"GET",
             "pipeline": isinstance(protocol.pipeline, deque),
+            "logger": isinstance(getattr(protocol, "logger", None), logging.Logger),
             "cycle.response_complete": getattr(protocol.cycle, "response_complete", None) is False,
+            "cycle.response_started": getattr(protocol.cycle, "response_started", None) is False,
+            "cycle.disconnected": getattr(protocol.cycle, "disconnected", None) is False,
+            "cycle.message_event": isinstance(getattr(protocol.cycle, "message_event", None), asyncio.Event),
         }
         assert [name for name, ok in read.items() if not ok] == [], \
             "uvicorn's HttpToolsProtocol keeps these elsewhere now: shim/server/bounded_connection.py reads them"

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from wire import strict_json
 from wire.env import host_port, port_number
 from wire.facts import ModelFacts
-from wire.protocol import CONFIG_DATA_TYPE, MODEL_NAME, OUTCOMES, REQUEST, RESPONSE, Kind, error_message, parse_error
+from wire.protocol import (CONFIG_DATA_TYPE, MODEL_NAME, OUTCOMES, REQUEST, RESPONSE, STATE, Kind, error_message,
+                           parse_error)
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "model_repository" / "intern_decision"
 
@@ -134,7 +135,7 @@ def test_the_model_configs_declare_the_protocols_tensors(config):
     """The .pbtxt files cannot import wire/protocol.py: they are held to its names here."""
     text = (MODEL_DIR / config).read_text()
     assert re.search(r'^name: "([^"]+)"', text, re.MULTILINE)[1] == MODEL_NAME
-    assert _tensors(text, "input") == [(REQUEST, CONFIG_DATA_TYPE)]
+    assert _tensors(text, "input") == [(REQUEST, CONFIG_DATA_TYPE), (STATE, CONFIG_DATA_TYPE)]
     assert _tensors(text, "output") == [(RESPONSE, CONFIG_DATA_TYPE)]
 
 

@@ -1,6 +1,7 @@
 """Triton python backend for Intern-Decision: one inference request carries all of an HTTP request's calls.
 
-REQUEST is a string tensor [n], one predict() request per element in run order; execute runs them one after another
+REQUEST is a string tensor [n], one predict() request per element in run order (the state they share, when they do,
+once in STATE [1]); execute runs them one after another
 and answers RESPONSE [n], or stops at the first failure and answers a Triton error naming the kind and the call
 (wire/, docs/wire-protocol.md). A REQUEST with no calls is a ping: it is answered with an empty RESPONSE, runs
 nothing and counts nothing. The work is done in intern_decision_model (a top-level package of the repository,
@@ -25,7 +26,7 @@ from dataclasses import dataclass  # noqa: E402
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 from wire import answer as wire_answer  # noqa: E402
-from wire.protocol import OK_OUTCOME, REQUEST, RESPONSE, error_message, trace_id_of  # noqa: E402
+from wire.protocol import OK_OUTCOME, REQUEST, RESPONSE, STATE, error_message, trace_id_of  # noqa: E402
 
 from intern_decision_model import protocol  # noqa: E402
 from intern_decision_model.calllog import CallFailure, CallLog  # noqa: E402
@@ -113,10 +114,11 @@ class TritonPythonModel:
             raws = _call_strings(pb_utils.get_input_tensor_by_name(request, REQUEST))
             if not raws:
                 return _pong()
+            state = _shared_state(pb_utils.get_input_tensor_by_name(request, STATE))
             decoded: list[DecodedCall] = []
             for call, raw in enumerate(raws):  # every call is read before any is scored
                 timer.start(call)
-                decoded.append(DecodedCall(protocol.decode_call(raw), timer.seconds()))
+                decoded.append(DecodedCall(protocol.decode_call(raw, state), timer.seconds()))
             encoded: list[bytes] = []
             with closing(self._engine.answer_calls([each.payload for each in decoded])) as answers:
                 for call, each in enumerate(decoded):  # scored one after another; the first failure ends the request
@@ -167,8 +169,21 @@ def _pong():
     return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(RESPONSE, np.array([], dtype=np.object_))])
 
 
+def _shared_state(tensor) -> bytes | None:
+    if tensor is None:
+        return None
+    values = _strings(tensor)
+    if len(values) != 1:
+        raise protocol.InvalidRequest(f"{STATE} must hold one state, got {len(values)}")
+    return values[0]
+
+
+def _strings(tensor) -> list:
+    values = tensor.as_numpy().reshape(-1)
+    return [value if isinstance(value, bytes) else str(value).encode("utf-8") for value in values]
+
+
 def _call_strings(tensor) -> list:
     if tensor is None:
         raise protocol.InvalidRequest(f"the request carries no {REQUEST} tensor")
-    values = tensor.as_numpy().reshape(-1)
-    return [value if isinstance(value, bytes) else str(value).encode("utf-8") for value in values]
+    return _strings(tensor)

@@ -1,0 +1,116 @@
+"""python -m tests.mutate_bounds: takes each bound away in turn, in a copy of the repository, and runs the tests that
+should see it (the hostile matrix's cells where one attacks it); prints a table of which failed. Exits 1 when a
+bound's removal leaves its tests passing: that bound is not tested."""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MATRIX = "tests/unit/test_hostile_matrix.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    bound: str
+    path: str
+    old: str  # must occur exactly once
+    new: str
+    tests: str  # the test file
+    select: str  # pytest -k
+
+    def apply(self, root: Path) -> None:
+        target = root / self.path
+        text = target.read_text()
+        if text.count(self.old) != 1:
+            raise SystemExit(f"{self.bound}: {self.path} no longer holds the text to take away once; update it")
+        target.write_text(text.replace(self.old, self.new))
+
+
+MUTATIONS = (
+    Mutation("100 headers per request", "shim/server/bounded_connection.py",
+             "if self._header_count > MAX_HEADERS:", "if False:",
+             MATRIX, "meets_its_bound and header_flood and shim"),
+    Mutation("1024 chunks per body", "shim/server/bounded_connection.py",
+             "if self._chunks > MAX_BODY_CHUNKS + 1:", "if False:",
+             MATRIX, "meets_its_bound and chunk_flood and shim"),
+    Mutation("the heaviest source's heads give way", "shim/server/roster.py",
+             "others += self._heaviest_heads(connection, entry, excess - len(others), chosen)", "pass",
+             MATRIX, "meets_its_bound and many_sources and shim"),
+    Mutation("a source is an IPv6 /64", "shim/server/roster.py",
+             "return str(ipaddress.IPv6Network((address, 64), strict=False))", "return str(address)",
+             "tests/unit/test_shim_connections.py", "ipv6"),
+    Mutation("2 metrics connections per address", "shim/metrics.py",
+             "if held >= self._max_per_peer:", "if False:",
+             "tests/unit/test_shim_connections.py", "share_of_the_metrics"),
+    Mutation("the parser's 400 in the envelope", "shim/server/bounded_connection.py",
+             "def send_400_response(", "def _not_send_400_response(",
+             "tests/unit/test_shim_server.py", "parser"),
+    Mutation("the balancer speaks HTTP/1.1 only", "docker/haproxy/haproxy.cfg.template",
+             "bind ${bind} proto h1", "bind ${bind}",
+             "tests/unit/test_balancer_bounds.py", "http1"),
+    Mutation("the Triton request built off the loop", "shim/port/triton.py",
+             "await asyncio.get_running_loop().run_in_executor(_BODY_BUILDER, request_body, requests,\n"
+             "                                                                           request_id)",
+             "request_body(requests, request_id)",
+             "tests/unit/test_body_off_loop.py", "triton"),
+    Mutation("the shared state sent once", "shim/port/triton.py",
+             "state = shared_state(requests)", "state = None",
+             "tests/unit/test_body_off_loop.py", "travels_once"),
+    Mutation("a large System One body read off the loop", "shim/systemone/service.py",
+             "request = await read_body(large, parse_request, body, self._settings.max_decisions)",
+             "request = parse_request(body, self._settings.max_decisions)",
+             "tests/unit/test_body_off_loop.py", "structured"),
+    Mutation("MCP's check charges a float by its digits", "shim/systemone/mcp.py",
+             "budget -= len(repr(current))", "budget -= 1",
+             "tests/unit/test_body_off_loop.py", "mcp"),
+)
+
+
+def tracked_copy(into: Path) -> Path:
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+    return into
+
+
+def failed(root: Path, mutation: Mutation) -> tuple[bool, float]:
+    began = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", mutation.tests, "-k",
+                          mutation.select], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                         capture_output=True, text=True)
+    if run.returncode not in (0, 1):  # 5: nothing selected, 2 or more: an error of the run itself
+        raise SystemExit(f"{mutation.bound}: pytest exited {run.returncode}\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+    return run.returncode == 1, time.monotonic() - began
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.mutate_bounds")
+    parser.add_argument("-k", default="", help="only the bounds whose name holds this")
+    args = parser.parse_args(argv)
+    rows, survived = [], 0
+    for mutation in (m for m in MUTATIONS if args.k in m.bound):
+        with tempfile.TemporaryDirectory() as scratch:
+            root = tracked_copy(Path(scratch))
+            mutation.apply(root)
+            caught, seconds = failed(root, mutation)
+        survived += not caught
+        rows.append(f"| {mutation.bound} | `{mutation.tests.rpartition('/')[2]}` -k `{mutation.select}` | "
+                    f"{'fails' if caught else 'PASSES: not tested'} | {seconds:.0f} s |")
+        print(rows[-1], flush=True)
+    print("\n| bound taken away | tests run | result | time |\n|---|---|---|---|\n" + "\n".join(rows))
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""No body work on the event loop: a large System One body is read into its request (structured instructions made
+JSON text) on the body worker, the Triton request is built on a thread of its own, and MCP's check of what the SDK
+may parse charges a value by the bytes it serializes to."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from shim.systemone import mcp, request as systemone_request
+
+from .fake_model import FakeModel
+from .shim_helpers import AUTH, client_for, make_settings
+
+pytestmark = pytest.mark.anyio
+
+
+def structured_body(floats: int) -> dict:
+    return {"model": "Intern-Decision-4B", "state": "s",
+            "questions": {"q": {"type": "noul", "instructions": {"weights": [0.123456789] * floats}}}}
+
+
+async def test_a_large_bodys_structured_instructions_become_text_off_the_loop(monkeypatch):
+    threads = []
+    real = systemone_request.text_of
+    monkeypatch.setattr(systemone_request, "text_of",
+                        lambda value: (threads.append(threading.current_thread().name), real(value))[1])
+    model = FakeModel()
+    async with client_for(model) as client:
+        small = await client.post("/v1/systemone", json=structured_body(10), headers=AUTH)
+        large = await client.post("/v1/systemone", json=structured_body(50_000), headers=AUTH)
+    assert small.status_code == large.status_code == 200, large.text[:300]
+    assert threads[0] == threading.current_thread().name  # a small body: on the loop, where a thread costs more
+    assert threads[1].startswith("body-parse")
+    assert json.loads(model.calls[-1]["questions"]["q"]["instructions"]) == {"weights": [0.123456789] * 50_000}
+
+
+async def test_the_triton_request_is_built_off_the_loop_and_costs_the_loop_little(monkeypatch):
+    """A 1 MiB state in 64 calls: 105–185 ms of the loop when the body was built on it; now the loop thread's own CPU
+    time for the whole request stays under 5 ms."""
+    from shim.port import triton
+    from shim.errors import ModelFailure
+
+    built_on = []
+    real = triton.request_body
+    monkeypatch.setattr(triton, "request_body",
+                        lambda *args: (built_on.append(threading.current_thread().name), real(*args))[1])
+    state = {"readings": [0.123456789] * 82_000}
+    assert len(json.dumps(state)) > 1024 * 1024
+    requests = [{"state": state, "questions": {f"q{n}": {"type": "noul"}}} for n in range(64)]
+
+    async def triton_answer(method, path, timeout, body=None, headers=None):
+        return SimpleNamespace(status=500, headers={}, body=b'{"error": "refused in the test"}')
+
+    model = triton.TritonModel(make_settings())
+    monkeypatch.setattr(model._inference, "request", triton_answer)
+    started = time.thread_time()
+    with pytest.raises(ModelFailure):
+        await model.predict_calls(requests, "r-1")
+    loop_seconds = time.thread_time() - started
+    assert built_on == ["triton-body_0"]
+    assert loop_seconds < 0.005, loop_seconds
+
+
+def test_mcp_charges_a_float_by_its_digits():
+    """8,000 floats passed as 8 KiB when a float counted one byte (28 ms of serializing before the 413)."""
+    floats = [0.123456789] * 1000  # 11 digits and ", " each: 13 KB serialized
+    assert len(json.dumps(floats)) > mcp.SDK_MESSAGE_BYTES
+    assert not mcp._small(floats)
+    assert mcp._small([0.5] * 1000) and len(json.dumps([0.5] * 1000)) <= mcp.SDK_MESSAGE_BYTES
+    message = {"jsonrpc": "2.0", "id": 1, "method": "x", "params": {"a": [1.5, None, True, "é" * 10]}}
+    assert mcp._small(message)
+
+
+@pytest.mark.parametrize("value", [
+    [0.123456789] * 700, {f"k{n}": None for n in range(900)}, [[]] * 2100, ["x" * 60] * 130, [10 ** 18] * 500,
+])
+def test_mcp_never_passes_a_value_that_serializes_past_the_bound(value):
+    assert len(json.dumps(value, ensure_ascii=False).encode()) > mcp.SDK_MESSAGE_BYTES
+    assert not mcp._small(value)
+
+
+def test_the_state_travels_once_when_the_calls_share_it_and_inline_otherwise():
+    from shim.port import triton
+    from wire import strict_json
+
+    state, other = {"s": [1.5] * 1000}, {"s": 2}
+    shared = [{"state": state, "questions": {f"q{n}": {"type": "noul"}}} for n in range(64)]
+    body, _ = triton.request_body(shared, "r")
+    assert body.count(strict_json.dumps(state)) == 1 and b'"STATE"' in body
+    assert len(body) < len(strict_json.dumps(state)) + 64 * 64  # one state plus the questions
+    for calls in ([shared[0]], [shared[0], {"state": other, "questions": {}}]):
+        body, _ = triton.request_body(calls, "r")
+        assert b'"STATE"' not in body and all(strict_json.dumps(call) in body for call in calls)
