@@ -97,6 +97,12 @@ def is_it_keeping_up() -> list:
               (f'sum by (instance) (rate(intern_decision_shim_requests_total{{status=~"5..", {API}}}[{RATE}])) / '
                f"sum by (instance) (rate(intern_decision_shim_requests_total{{{API}}}[{RATE}]))", "5xx {{instance}}"),
               width=8),
+        graph("Connections busy", "Connections with a request begun and not answered, against MAX_CONNECTIONS. "
+              "Alert: InternDecisionConnectionsNearlyFull (over 80% for 2 minutes: many slow clients, or sources "
+              "holding heads open; past it, new connections are refused 503).", "none",
+              ("max by (instance) (intern_decision_shim_connections_busy)", "busy {{instance}}"),
+              ("max by (instance) (intern_decision_shim_connections_max)", "max {{instance}}"),
+              width=24),
         graph("Refusals by bound", "Each refusal's status: 401 token, 408 body too slow, 413 body too large, "
               "415 encoding, 422 invalid, 429 queue full, 499 client gone, 503 draining or out of memory.", "reqps",
               (f'sum by (status) (rate(intern_decision_shim_requests_total{{status=~"4..|5.."}}[{RATE}]))',
