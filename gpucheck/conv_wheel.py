@@ -34,8 +34,8 @@ from pathlib import Path
 from gpucheck import carry, libpython
 
 VERSION = "1.7.0"
-SDIST_URL = ("https://files.pythonhosted.org/packages/f4/d1/eba27735f31bd5527d39a3c7f693e6ded7b844cab275db719a15ad37b6cd/"
-             f"causal_conv1d-{VERSION}.tar.gz")
+SDIST_URL = ("https://files.pythonhosted.org/packages/f4/d1/"
+             f"eba27735f31bd5527d39a3c7f693e6ded7b844cab275db719a15ad37b6cd/causal_conv1d-{VERSION}.tar.gz")
 SDIST_SHA256 = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"
 PYTHON_VERSION = "3.12"
 TORCH = "torch==2.11.0"  # the GPU machine's: 2.11.0+cu130
@@ -46,7 +46,12 @@ ARCH = "sm_90"
 BUILD = "forward-only"
 LOCAL_VERSION = "fwd.sm90"  # the wheel says what it is: causal_conv1d-1.7.0+fwd.sm90
 SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest a zip can say
-LDFLAGS = "-Wl,--strip-debug"
+# Stripped at link time: the host compiler's debug info (about two thirds of the extension's bytes), and the local
+# symbols, one of which nvcc names after its temporary file (so that the bytes would differ from build to build).
+LDFLAGS = "-Wl,--strip-all"
+# nvcc names internal symbols with random numbers (different every run) unless given a seed; each file's names
+# still carry its own file name.
+NVCC_SEED = "-frandom-seed=causal-conv1d-1.7.0"
 DEFAULT_SCRATCH = carry.REPO_ROOT / ".cache" / "conv-wheel"
 FORWARD_ONLY_MESSAGE = "causal_conv1d: forward-only build (gpucheck.conv_wheel); the backward was left out"
 BACKWARD_SOURCE = "csrc/causal_conv1d_bwd.cu"
@@ -103,6 +108,8 @@ EDITS = (
     Edit("setup.py", ALL_ARCHS, f'        cc_flag.append("-gencode")\n'
                                 f'        cc_flag.append("arch=compute_{ARCH[3:]},code={ARCH}")\n'),
     Edit("setup.py", f'                "{BACKWARD_SOURCE}",\n', ""),
+    # Line info is for profilers; it would also write the build folder's paths into the GPU code.
+    Edit("setup.py", '                    "-lineinfo",\n', ""),
     Edit("csrc/causal_conv1d.cpp", BACKWARD_DISPATCH, f'    TORCH_CHECK(false, "{FORWARD_ONLY_MESSAGE}");\n'),
 )
 
@@ -118,7 +125,7 @@ def sha256_of(path: Path) -> str:
 def pins_key() -> str:
     """A short hash of everything that decides the wheel: a cached wheel is reused only under the same key."""
     pins = [SDIST_SHA256, PYTHON_VERSION, TORCH, *BUILD_TOOLS, *CUDA_PIECES, ARCH, LOCAL_VERSION, SOURCE_DATE_EPOCH,
-            LDFLAGS, *(f"{edit.path}\0{edit.old}\0{edit.new}" for edit in EDITS)]
+            LDFLAGS, NVCC_SEED, "file-prefix-map", *(f"{edit.path}\0{edit.old}\0{edit.new}" for edit in EDITS)]
     return hashlib.sha256("\n".join(pins).encode()).hexdigest()[:12]
 
 
@@ -205,10 +212,11 @@ def build_python(scratch: Path, python: str | None, log: Path) -> Path:
     return venv_python
 
 
-def site_packages(venv_python: Path) -> Path:
-    done = subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+def sysconfig_path(venv_python: Path, name: str) -> str:
+    """One of the environment's sysconfig paths (purelib, include)."""
+    done = subprocess.run([str(venv_python), "-c", f"import sysconfig; print(sysconfig.get_paths()[{name!r}])"],
                           check=True, capture_output=True, text=True)
-    return Path(done.stdout.strip())
+    return done.stdout.strip()
 
 
 def cuda_pieces(scratch: Path, venv_python: Path, log: Path) -> Path:
@@ -250,23 +258,24 @@ def assemble_cuda_home(pieces: Path, torch_cuda: Path, dest: Path) -> Path:
     return dest
 
 
-def build_env(cuda_home: Path, scratch: Path) -> dict:
-    """The build's environment. The compilers write the scratch folder's path as a relative one (into __FILE__ and
-    the line info), so that the wheel's bytes do not depend on where it was built."""
-    prefix_map = f"-ffile-prefix-map={scratch}/="
-    return {**os.environ, "CFLAGS": prefix_map, "NVCC_APPEND_FLAGS": f"-Xcompiler={prefix_map}", "CUDA_HOME": str(cuda_home), "PATH": f"{cuda_home / 'bin'}{os.pathsep}{os.environ['PATH']}",
+def build_env(cuda_home: Path, scratch: Path, python_include: str) -> dict:
+    """The build's environment. The host compiler writes the scratch folder's path and the interpreter's headers'
+    as relative ones (into __FILE__), so that the wheel's bytes do not depend on where it was built."""
+    prefix_map = f"-ffile-prefix-map={scratch}/= -ffile-prefix-map={python_include}/=python/"
+    return {**os.environ, "CUDA_HOME": str(cuda_home), "PATH": f"{cuda_home / 'bin'}{os.pathsep}{os.environ['PATH']}",
             "CAUSAL_CONV1D_FORCE_BUILD": "TRUE", "CAUSAL_CONV1D_LOCAL_VERSION": LOCAL_VERSION,
             "TORCH_CUDA_ARCH_LIST": f"{ARCH[3]}.{ARCH[4:]}", "MAX_JOBS": "2", "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH,
-            "LDFLAGS": LDFLAGS}
+            "LDFLAGS": LDFLAGS, "CFLAGS": prefix_map,
+            "NVCC_APPEND_FLAGS": " ".join([NVCC_SEED, *(f"-Xcompiler={flag}" for flag in prefix_map.split())])}
 
 
-def build_wheel(root: Path, venv_python: Path, cuda_home: Path, out: Path, log: Path) -> Path:
+def build_wheel(root: Path, venv_python: Path, env: dict, out: Path, log: Path) -> Path:
     """pip wheel of the edited tree, without build isolation or dependencies; returns the wheel."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     run([venv_python, "-m", "pip", "wheel", "--no-input", "--disable-pip-version-check", "--no-build-isolation",
-         "--no-deps", "--wheel-dir", out, root], log, env=build_env(cuda_home, out.parent))
+         "--no-deps", "--wheel-dir", out, root], log, env=env)
     (wheel,) = out.glob("causal_conv1d-*.whl")
     return wheel
 
@@ -312,11 +321,12 @@ def build(scratch: Path, python: str | None = None) -> tuple[Path, dict]:
     started = time.monotonic()
     sdist = download_sdist(scratch)
     venv_python = build_python(scratch, python, log)
-    cuda_home = assemble_cuda_home(cuda_pieces(scratch, venv_python, log),
-                                   site_packages(venv_python) / "nvidia" / "cu13", scratch / "cuda-home")
+    torch_cuda = Path(sysconfig_path(venv_python, "purelib"), "nvidia", "cu13")
+    cuda_home = assemble_cuda_home(cuda_pieces(scratch, venv_python, log), torch_cuda, scratch / "cuda-home")
     root = prepare_sources(sdist, scratch / "src")
     compile_started = time.monotonic()
-    wheel = build_wheel(root, venv_python, cuda_home, scratch / f"built-{pins_key()}", log)
+    env = build_env(cuda_home, scratch, sysconfig_path(venv_python, "include"))
+    wheel = build_wheel(root, venv_python, env, scratch / f"built-{pins_key()}", log)
     compile_seconds = round(time.monotonic() - compile_started, 1)
     contents = check_wheel(wheel)
     imported = check_import(venv_python, wheel, scratch, log)
