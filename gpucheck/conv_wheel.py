@@ -3,17 +3,19 @@
 causal-conv1d 1.7.0 for the GPU machine (torch 2.11.0+cu130, Python 3.12, H100/H200), built here, where there is
 no GPU. PyPI has 1.7.0 as an sdist only, and the GPU machine has no network. Built whole for sm_90 the wheel is
 25 MB, almost all of it the backward kernels, which serving never runs; so this builds the same source
-forward-only: the architectures cut to sm_90, the backward's .cu left out of the sources, and the backward's entry
-point raising instead of dispatching (three exact text substitutions, each failing loudly when its text is not
-found). The production image builds the whole package (docker/triton).
+forward-only: the architectures cut to sm_90, the backward's .cu left out of the sources, the backward's entry
+point raising instead of dispatching, and nvcc's line info left out (EDITS: exact text substitutions made at build
+time, each failing loudly when its text is not there exactly once). The production image builds the whole package
+(docker/triton).
 
 Everything comes from the package index: the sdist (checked against SDIST_SHA256), torch 2.11.0 (PyPI's cp312
 build is the CUDA 13.0 one) and the build tools in a scratch Python 3.12 environment, and nvcc, nvvm, the crt and
 cccl headers (13.0, torch's CUDA) assembled with torch's own CUDA headers and libraries into a CUDA_HOME. The build
-runs with CAUSAL_CONV1D_FORCE_BUILD=TRUE (its download step otherwise fails offline), MAX_JOBS=2, no build
-isolation, a fixed SOURCE_DATE_EPOCH and the debug info stripped at link time. The wheel is then imported in that
-environment (on the CPU: the import loads the extension against torch), and DIR receives it with a JSON describing
-it. A wheel built before with the same pins is reused from the scratch folder (`ensure`).
+runs with CAUSAL_CONV1D_FORCE_BUILD=TRUE (its download step otherwise fails offline), MAX_JOBS=2 and no build
+isolation; for the same bytes from one build to the next, with a fixed SOURCE_DATE_EPOCH, nvcc's seed fixed, the
+scratch folder's paths written relative, and the extension stripped at link time. The wheel is then installed and
+imported in that environment (on the CPU: the import loads the extension against torch), and DIR receives it with
+a JSON describing it. A wheel built before under the same pins is reused from the scratch folder (`ensure`).
 """
 from __future__ import annotations
 
