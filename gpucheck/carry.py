@@ -2,7 +2,8 @@
 
     .carry/wheels/            the service's Python packages for CPython 3.12, manylinux x86_64, with their
                               dependencies (torch and transformers are on the machine already)
-    .carry/kernel-wheels/     flash-linear-attention and fla-core (pure Python; optional)
+    .carry/kernel-wheels/     flash-linear-attention and fla-core (pure Python), and causal-conv1d 1.7.0 built
+                              forward-only for sm_90 against torch 2.11.0+cu130 (gpucheck.conv_wheel); optional
     .carry/tritonserver.tar.xz  the server from the nvidia-pytriton wheel, trimmed to what it runs with
     .carry/libpython/         libpython3.12.so.1.0, stripped, as xz: the stub's fallback (gpucheck.libpython)
     .carry/manifest.json      sizes, and what was found about the server's GPU support
@@ -24,7 +25,7 @@ MANIFEST = "manifest.json"
 LIMIT_BYTES = 64 * 1024 ** 2  # the carry and the repository together: what the GPU machine takes
 # What gpucheck.collect wrote, measured (MiB; docs/gpu-check.md, "What to carry"); the libpython fallback is a
 # stripped 3.12.1 (30.4 MB as built, 7.0 stripped).
-MEASURED_MIB = {"tritonserver.tar.xz": 23.97, "wheels": 19.24, "kernel-wheels": 1.22, "libpython": 1.46}
+MEASURED_MIB = {"tritonserver.tar.xz": 23.97, "wheels": 19.24, "kernel-wheels": 1.67, "libpython": 1.46}
 HEADROOM_BYTES = 6 * 1024 ** 2  # kept free of the 64 MiB by the carry and the repository, for the repository to grow
 TARGET_BYTES = 56 * 1024 ** 2  # what gpucheck.collect allows the carry alone
 PYTHON_VERSION = "3.12"

@@ -3,8 +3,9 @@
 Collects what the GPU check installs on a machine with no network (see gpucheck.carry for the layout), on a
 machine that reaches the package index:
 
-1. the service's wheels for CPython 3.12 manylinux x86_64 with their dependencies (pip download), and the
-   flash-linear-attention wheels without theirs;
+1. the service's wheels for CPython 3.12 manylinux x86_64 with their dependencies (pip download), the
+   flash-linear-attention wheels without theirs, and causal-conv1d 1.7.0 built forward-only for sm_90
+   (gpucheck.conv_wheel; a wheel built before under the same pins is reused from .cache/conv-wheel);
 2. the nvidia-pytriton wheel, trimmed to the server binary, the python backend with the 3.12 stub, the local cache
    and the vendored libraries they load, repacked as tar.xz with the wheel's relative layout (the binaries find
    their libraries through $ORIGIN-relative rpaths);
@@ -28,7 +29,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from gpucheck import carry, libpython
+from gpucheck import carry, conv_wheel, libpython
 
 # Markers of a build with GPU support, looked for in the server's binaries.
 GPU_MARKERS = {
@@ -111,7 +112,22 @@ def pack_libpython(dest: Path, python_version: str, python: str | None) -> dict 
         return None
 
 
-def collect(dest: Path, python_version: str = carry.PYTHON_VERSION, libpython_from: str | None = None) -> dict:
+def carry_conv_wheel(dest: Path, python_version: str, ensure=conv_wheel.ensure) -> dict | None:
+    """causal-conv1d's forward-only wheel (built, or reused from the cache) into dest/kernel-wheels; returns its
+    description. None, and a note, for a Python other than the wheel's: that install would refuse it."""
+    if python_version != conv_wheel.PYTHON_VERSION:
+        print(f"causal-conv1d is built for Python {conv_wheel.PYTHON_VERSION}, not {python_version}: not carried",
+              file=sys.stderr)
+        return None
+    wheel, info = ensure()
+    folder = dest / carry.KERNEL_WHEELS
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(wheel, folder / wheel.name)
+    return info
+
+
+def collect(dest: Path, python_version: str = carry.PYTHON_VERSION, libpython_from: str | None = None,
+            with_conv_wheel: bool = True) -> dict:
     if dest.exists():
         shutil.rmtree(dest)
     (dest / carry.WHEELS).mkdir(parents=True)
@@ -122,6 +138,7 @@ def collect(dest: Path, python_version: str = carry.PYTHON_VERSION, libpython_fr
         elif wheel.stat().st_size > carry.REPACK_ABOVE_BYTES:
             carry.repack_lzma(wheel)
     pip_download(dest / carry.KERNEL_WHEELS, carry.KERNEL_REQUIREMENTS, False, python_version)
+    causal_conv1d = carry_conv_wheel(dest, python_version) if with_conv_wheel else None
     with tempfile.TemporaryDirectory() as scratch:
         wheel = download_server_wheel(Path(scratch))
         server = trim_server(wheel, dest / carry.SERVER_TARBALL, python_version)
@@ -136,6 +153,7 @@ def collect(dest: Path, python_version: str = carry.PYTHON_VERSION, libpython_fr
         "platforms": list(carry.PLATFORMS),
         "service_requirements": list(carry.SERVICE_REQUIREMENTS),
         "kernel_requirements": list(carry.KERNEL_REQUIREMENTS),
+        "causal_conv1d": causal_conv1d,
         "server": server,
         "libpython": fallback,
         "files": files,
@@ -156,8 +174,10 @@ def main(argv=None) -> int:
                         help="the GPU machine's Python (another one only to rehearse the install elsewhere)")
     parser.add_argument("--libpython-from", help="a Python of that version built with --enable-shared, whose "
                         "libpython is carried as the fallback (default: python3.12 on PATH or pyenv's)")
+    parser.add_argument("--no-conv-wheel", action="store_true", help="carry no causal-conv1d (the check then serves "
+                        "fla with torch's convolution, the mixed path)")
     args = parser.parse_args(argv)
-    manifest = collect(args.dest, args.python_version, args.libpython_from)
+    manifest = collect(args.dest, args.python_version, args.libpython_from, not args.no_conv_wheel)
     mib = 1024 ** 2
     for name, size in manifest["files"].items():
         print(f"{size / mib:8.2f} MiB  {name}")
