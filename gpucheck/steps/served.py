@@ -69,9 +69,9 @@ def _serve(ctx: Context, cap_gib: float | None, attempts: list, shim_log: str) -
 def serving_choice(ctx: Context) -> dict:
     """What the server step serves with, decided as it starts: the runner records it before the step runs, so that
     the report says it even when serving fails (gpucheck.check.StepSpec.decide)."""
-    # causal-conv1d has no wheel and is not carried, so on the GPU machine the path is "mixed" (fla for the delta
-    # rule, torch for the convolution), which the model refuses on CUDA unless told otherwise. The check serves
-    # knowingly on that path, and the report says so in bold.
+    # With the carried fla and the forward-only causal-conv1d (sm_90) the path is "fast" and nothing is allowed; on a
+    # card the wheel has no code for, or where a kernel does not import, the check serves knowingly on the slower
+    # path, and the report says so in bold.
     return {"slow_kernels_allowed": ctx.cuda and ctx.findings.inprocess_path != FAST}
 
 
