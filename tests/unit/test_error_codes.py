@@ -164,3 +164,15 @@ async def test_an_http_exception_of_a_status_the_registry_lacks_is_a_failure_of_
         response = await http_error(request, exc)
     assert (response.status_code, json.loads(response.body)["error"]["code"]) == (405, "method_not_allowed")
     assert response.headers["allow"] == "GET"
+
+
+def test_the_openapi_document_lists_every_code_the_shim_answers():
+    """shim/openapi.json's envelope names every code the shim sends and no other; a code added to the registry fails
+    here until the document lists it (tests/unit/test_openapi.py holds each route's statuses)."""
+    import json
+
+    document = json.loads((SHIM / "openapi.json").read_text(encoding="utf-8"))
+    answered = {error.code for error in REGISTRY if error.by_shim and error.sent}
+    for name in ("Error", "SystemOneError"):
+        assert set(document["components"]["schemas"][name]["properties"]["error"]["properties"]["code"]["enum"]) \
+            == answered, name

@@ -16,14 +16,19 @@ from wire.protocol import Kind
 from .fake_model import FakeModel
 
 DOC = json.loads(OPENAPI_PATH.read_bytes())
-# What the code can answer on a POST route: its refusals before the app, the app's own, the model's kinds.
-POST_ERRORS = {(error.status, error.code) for error in (
-    error_codes.UNAUTHORIZED, error_codes.DRAINING, error_codes.UNSUPPORTED_MEDIA_TYPE, error_codes.BUSY,
-    error_codes.REQUEST_TIMEOUT, error_codes.TOO_LARGE, error_codes.INVALID, error_codes.SCORING_FAILED,
-    error_codes.UNAVAILABLE, error_codes.HEADERS_TOO_LARGE)} | {(k.status, k.code) for k in Kind}
+# What the code can answer on a POST route: every code of the registry the shim sends, but the routing's 404 and 405
+# (any path's, in the envelope's codes); the model's kinds among them.
+POST_ERRORS = {(error.status, error.code) for error in error_codes.REGISTRY
+               if error.by_shim and error.sent and error not in error_codes.HTTP_CODES.values()}
+assert {(kind.status, kind.code) for kind in Kind} <= POST_ERRORS
 HEADERS_TOO_LARGE = error_codes.HEADERS_TOO_LARGE.status
-GET_STATUSES = {"/health": {200, 503, HEADERS_TOO_LARGE}, "/openapi.json": {200, HEADERS_TOO_LARGE},
-                "/v1/models": {200, error_codes.UNAUTHORIZED.status, error_codes.UNAVAILABLE.status, HEADERS_TOO_LARGE}}
+# What the server writes before any route, on every path: an unreadable request, too many pipelined, too many
+# connections (a GET /health over MAX_CONNECTIONS is answered, its 503 its own).
+BY_SERVER = {error_codes.MALFORMED.status, error_codes.TOO_MANY_PIPELINED.status, HEADERS_TOO_LARGE}
+BUSY_SERVER = error_codes.TOO_MANY_CONNECTIONS.status
+GET_STATUSES = {"/health": {200, 503, *BY_SERVER}, "/openapi.json": {200, BUSY_SERVER, *BY_SERVER},
+                "/v1/models": {200, error_codes.UNAUTHORIZED.status, error_codes.UNAVAILABLE.status, BUSY_SERVER,
+                               *BY_SERVER}}
 OPEN_GETS = {"/health", "/openapi.json"}
 
 
