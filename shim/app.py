@@ -1,11 +1,11 @@
 """The Starlette application: GET /health, POST /decide, POST /decide/shared, the System One surface (GET
 /v1/models, POST /v1/systemone, POST /v1/systemone/batch, and its operations as MCP tools at /mcp), GET
 /openapi.json, every error in the envelope and every response with X-Request-Id (the request-id layer wraps even
-Starlette's last-resort 500); the System One paths also follow TypeSafe's conventions (shim/systemone/
+Starlette's last-resort 500); the System One paths also carry TypeSafe's request id header (shim/systemone/
 conventions.py). GET /playground, a page for people (shim/playground/), unless PLAYGROUND=0.
 
 create_app only wires the parts together: the routes' handlers (shim/semif/, shim/systemone/, shim/health.py), the
-exception handlers (shim/exception_handlers.py) and the edge's middlewares (shim/edge/) stand in modules of their own.
+exception handlers (shim/errors/handlers.py) and the edge's middlewares (shim/edge/) stand in modules of their own.
 """
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ from .edge.admission import Admission
 from .edge.auth import BearerAuth
 from .edge.body import BodyReader, KnownEncoding
 from .edge.disconnect import DisconnectWatch
-from .edge.draining import RefuseWhileDraining
+from .edge.drain_gate import RefuseWhileDraining
 from .edge.framing import CloseUnread, TransferEncodingGuard
 from .edge.request_id import RequestId
 from .edge.tokens import AcceptedTokens
 from .edge.trace import TraceRequest
-from .exception_handlers import EXCEPTION_HANDLERS
+from .errors.handlers import EXCEPTION_HANDLERS
 from .health import HealthCheck, health_route
 from .metrics import ShimMetrics
 from .playground.routes import playground_routes
@@ -129,7 +129,7 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         Middleware(RequestId),
         # The request's span, the caller's trace continued (only when tracing is on: off, not a layer at all).
         *([Middleware(TraceRequest, route_of=metrics.route_of)] if settings.otlp_endpoint else []),
-        Middleware(SystemOneConventions, TYPESAFE_PREFIXES),
+        Middleware(SystemOneConventions),
         Middleware(AccessLog, metrics=metrics),
         # The request's framing: an answer before the body's end closes the connection; Transfer-Encoding other
         # than chunked refused.
@@ -188,7 +188,6 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
 
 
 MCP_PATH = "/mcp"
-TYPESAFE_PREFIXES = ("/v1/",)  # the paths that follow TypeSafe's conventions
 
 
 def _mcp_tools(service: SystemOneService, openapi: dict):

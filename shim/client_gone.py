@@ -16,7 +16,7 @@ from typing import AsyncIterator
 
 from starlette.types import Message, Receive
 
-from .error_codes import CLIENT_GONE
+from .errors.codes import CLIENT_GONE
 
 # The status of a request whose client went away: logged, never seen by anyone (there is no one to answer).
 CLIENT_WENT_AWAY = CLIENT_GONE.status

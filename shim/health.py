@@ -6,7 +6,7 @@ two and costs Triton nothing of its own: the watch's verdict first (503 at once)
 an app run without its lifespan, so without the loop (the unit tests' ASGI transport), checks when asked, one check
 at a time however many callers ask.
 
-/health is open, so what it says is public: its reason is one of a few fixed words (shim/errors.py, Problem.public,
+/health is open, so what it says is public: its reason is one of a few fixed words (shim/errors/failures.py, Problem.public,
 chosen where the problem arose: "triton unreachable", "model not ready", ...), never Triton's own text, an
 exception's or an address. The details go
 to the log, and the verdict to intern_decision_shim_model_up.
@@ -23,7 +23,7 @@ from starlette.routing import Route
 from wire.facts import ModelFacts
 
 from .drain import Drain
-from .error_codes import DRAINING, UNAVAILABLE
+from .errors.codes import DRAINING, UNAVAILABLE
 from .errors import MODEL_UNAVAILABLE, ApiError, ModelFailure, Problem, envelope
 from .metrics import ShimMetrics
 from .port.chunking import MAX_QUESTIONS_PER_CALL

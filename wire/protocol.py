@@ -42,20 +42,18 @@ class Kind(enum.Enum):
     word:          the kind word that starts the Triton error message
     triton_code:   the pb_utils.TritonError code the model answers with
     triton_status: the HTTP status Triton's HTTP front end gives that code
-    status, code:  what the shim answers its caller
     outcome:       the label of the model's calls counter
+    (what the shim answers its caller for each kind is its error registry's: shim/errors/failures.py)
     """
 
-    INVALID = ("invalid_request", "INVALID_ARG", 400, 422, "invalid_request", "invalid")
-    OUT_OF_MEMORY = ("out_of_memory", "UNAVAILABLE", 503, 503, "out_of_memory", "out_of_memory")
-    FAILED = ("scoring_failed", "INTERNAL", 500, 500, "scoring_failed", "failed")
+    INVALID = ("invalid_request", "INVALID_ARG", 400, "invalid")
+    OUT_OF_MEMORY = ("out_of_memory", "UNAVAILABLE", 503, "out_of_memory")
+    FAILED = ("scoring_failed", "INTERNAL", 500, "failed")
 
-    def __init__(self, word: str, triton_code: str, triton_status: int, status: int, code: str, outcome: str):
+    def __init__(self, word: str, triton_code: str, triton_status: int, outcome: str):
         self.word = word
         self.triton_code = triton_code
         self.triton_status = triton_status
-        self.status = status
-        self.code = code
         self.outcome = outcome
 
 

@@ -1,5 +1,5 @@
 """What happens to a request before any route: pure ASGI middleware, one concern each, knowing no route prefix,
-ordered in shim/app.py. For a POST, in the contract's order: auth (401), draining (503), body's KnownEncoding
+ordered in shim/app.py. For a POST, in the contract's order: auth (401), drain_gate (503), body's KnownEncoding
 (415), admission (429), then body's BodyReader (413, 408, 422), all from the headers alone until admitted; last,
 the disconnect watch.
 
@@ -9,11 +9,11 @@ access      one access line and the request series per request
 framing     Transfer-Encoding other than chunked refused; an answer before the body's end closes the connection
 auth        the bearer token
 tokens      the tokens auth accepts: API_TOKEN and API_TOKEN_NEXT, compared in constant time
-draining    a new POST once the drain refuses
+drain_gate  a new POST refused once the drain refuses (shim/drain.py)
 admission   at most MAX_QUEUE POSTs queued or scoring
 body        the Content-Encoding known, the body read within MAX_BODY_BYTES and BODY_TIMEOUT_SECONDS, decoded
             and replayed to the app
 encoding    gzip and zstd decoded within the body's limit, in bounded steps
 disconnect  the POST's channel watched for the client's leaving (shim/client_gone.py: never scored, 499)
-refusal     which requests the POST guards apply to (is_post), and a refusal in the envelope
+posts       which requests the POST guards apply to (is_post); their refusals: shim/errors/answer.py
 """

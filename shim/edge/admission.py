@@ -6,8 +6,9 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..drain import Drain
-from ..error_codes import BUSY
-from .refusal import is_post, refuse
+from ..errors.codes import BUSY
+from ..errors.answer import refuse
+from .posts import is_post
 
 
 class Admission:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..error_codes import UNAUTHORIZED
-from .refusal import is_post, refuse
+from ..errors.codes import UNAUTHORIZED
+from ..errors.answer import refuse
+from .posts import is_post
 from .tokens import AcceptedTokens, bearer_matches
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..client_gone import watched
-from .refusal import is_post
+from .posts import is_post
 
 
 class DisconnectWatch:

@@ -1,5 +1,5 @@
 """The model as both surfaces use it, below both: a surface plans its questions into calls (chunking), hands them to
-the CallRunner (calls), and gets typed answers back (wire.answer) or a ModelFailure (shim/errors.py). Nothing here
+the CallRunner (calls), and gets typed answers back (wire.answer) or a ModelFailure (shim/errors/failures.py). Nothing here
 knows a surface.
 
 model     the Protocol every model implements (Triton, the watch, the unit tests' fake), and a ping's Probe

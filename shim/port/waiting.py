@@ -1,7 +1,7 @@
 """Waiting for the inference lock (INV-2), which a request may give up before it holds it: when its client goes
 away (shim/client_gone.py: never scored, 499) or when the drain stops the queue (shim/drain.py: 503 `draining` with
 Retry-After, answered before the grace period ends, never reset by a kill). What happened is told by the exception
-raised; the exception handlers (shim/exception_handlers.py) turn it into HTTP."""
+raised; the exception handlers (shim/errors/handlers.py) turn it into HTTP."""
 from __future__ import annotations
 
 import asyncio

@@ -3,13 +3,13 @@ sees a request (the bounds: docs/operations.md, "Reliability and limits"). Laid 
 
 limits              the connections' bounds (ConnectionLimits, from the settings) and the server's constants (pure)
 roster              who holds the server's connections and which give way when a request needs room      (pure)
-refusals            what the server answers itself, before or instead of the app, each closing the connection
+early_answers       what the server answers itself, before or instead of the app, each closing the connection
 bounded_connection  the protocol: uvicorn's httptools protocol with every bound of a connection
-draining            the server: owns its connections' roster; the first SIGTERM drains the app
+bounded_server      the server: owns its connections' roster; the first SIGTERM drains the app
 serve               uvicorn's config and run, as python -m shim calls them
 """
 from .bounded_connection import BoundedConnectionProtocol
-from .draining import BoundedServer, DrainingServer
+from .bounded_server import BoundedServer, DrainingServer
 from .limits import (BODY_GRACE_SECONDS, KEEP_ALIVE_SECONDS, LINGER_SECONDS, MAX_BODY_CHUNKS, MAX_HEADER_BYTES,
                      MAX_HEADERS, MAX_PIPELINED_REQUESTS, ConnectionLimits)
 from .serve import config, run

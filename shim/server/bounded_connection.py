@@ -14,7 +14,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..health import HEALTH_PATH
-from . import refusals
+from . import early_answers
 from .limits import LINGER_SECONDS, MAX_BODY_CHUNKS, MAX_HEADER_BYTES, MAX_HEADERS, ConnectionLimits
 from .roster import Roster
 
@@ -163,7 +163,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         if self._in_head and not self._began_in_this_read and not self._refused:  # the whole read is its headers
             self._head_read_bytes += len(data)
             if self._head_read_bytes > MAX_HEADER_BYTES:
-                self._refuse(refusals.headers_too_large())
+                self._refuse(early_answers.headers_too_large())
 
     def on_message_begin(self) -> None:
         if self._refused:
@@ -179,7 +179,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         for connection in peer.evict:
             connection._evict()
         if not peer.admitted:  # its client holds more than its share, every connection busy: refused as it begins
-            self._refuse(refusals.over_peer_share(self._limits))
+            self._refuse(early_answers.over_peer_share(self._limits))
             return
         super().on_message_begin()
         self._await_headers()
@@ -188,7 +188,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         """False once the request's line and headers are over MAX_HEADER_BYTES (refused)."""
         self._head_bytes += size
         if self._head_bytes > MAX_HEADER_BYTES:
-            self._refuse(refusals.headers_too_large())
+            self._refuse(early_answers.headers_too_large())
             return False
         return True
 
@@ -201,7 +201,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
             raise _Stop  # thousands of headers in one read cost the loop nothing more once refused
         self._header_count += 1
         if self._header_count > MAX_HEADERS:
-            self._refuse(refusals.too_many_headers())
+            self._refuse(early_answers.too_many_headers())
             raise _Stop
         if self._count_head(len(name) + len(value) + _HEADER_SEPARATOR_BYTES):
             super().on_header(name, value)
@@ -212,7 +212,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
             raise _Stop
         self._chunks += 1
         if self._chunks > MAX_BODY_CHUNKS + 1:  # the last chunk, empty, is free
-            self._refuse_body(refusals.too_many_chunks())
+            self._refuse_body(early_answers.too_many_chunks())
             raise _Stop
 
     def _refuse_body(self, answer: bytes) -> None:
@@ -241,7 +241,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         """uvicorn's answer to what its parser cannot read (or to a callback stopping it, once refused): 400
         malformed_request in the envelope, in its turn."""
         if not self._refused:
-            self._refuse(refusals.malformed())
+            self._refuse(early_answers.malformed())
 
     def on_headers_complete(self) -> None:
         if self._refused:
@@ -249,14 +249,14 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._in_head = False
         self._headers_arrived()
         if self._answering() and len(self.pipeline) >= self._limits.max_pipelined:
-            self._refuse(refusals.too_many_pipelined(self._limits.max_pipelined))
+            self._refuse(early_answers.too_many_pipelined(self._limits.max_pipelined))
             return
         verdict = self._roster.admit(self)
         for connection in verdict.evict:
             connection._evict()
         if not verdict.admitted:  # this connection ends with the answer
-            self.app = (refusals.closing_after(self.app) if self._is_health_check()
-                        else refusals.too_many_connections(self._limits, verdict.over))
+            self.app = (early_answers.closing_after(self.app) if self._is_health_check()
+                        else early_answers.too_many_connections(self._limits, verdict.over))
         self._body_deadline = self.loop.call_later(self._limits.body_seconds, self._too_slow)
         super().on_headers_complete()
 

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from .draining import DrainingServer
+from .bounded_server import DrainingServer
 from .limits import KEEP_ALIVE_SECONDS, ConnectionLimits
 
 if TYPE_CHECKING:

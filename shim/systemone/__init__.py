@@ -6,6 +6,6 @@ request   a request body checked and translated into predict() questions, every 
 answers   the calls' typed answers re-keyed into System One's response (INV-1: numbers only re-keyed)
 service   a request's calls planned, run under the lock, and answered; the batch
 routes    the Starlette handlers
-conventions  TypeSafe's conventions on those paths (their error shapes, headers)
+conventions  TypeSafe's request id header on those paths (their errors' shape: shim/errors/envelope.py)
 mcp       the same operations as MCP tools at /mcp
 """

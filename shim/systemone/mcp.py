@@ -26,10 +26,10 @@ from wire import strict_json
 
 from .. import context
 from ..client_gone import ClientGone
-from ..edge.refusal import refuse
-from ..error_codes import INVALID, TOO_LARGE
+from ..errors.answer import refuse
+from ..errors.codes import INVALID, TOO_LARGE
 from ..errors import ApiError, UnprocessableRequest
-from ..exception_handlers import as_api_error, error_body
+from ..errors.handlers import as_api_error, error_body
 from ..json_body import ON_LOOP_BYTES, strict_body
 from ..port.waiting import QueueStopped
 from .request import SystemOneInvalid

@@ -85,8 +85,8 @@ def _check_model(catalog: Catalog, request: SystemOneRequest, loc: list) -> None
 
 
 def _named(exc: ModelFailure, calls: list, item: int | None) -> ModelFailure:
-    """The model's failure, its message naming the call (and the batch item), with System One's headers and
-    detail: Retry-After on a 503, FastAPI's detail on a 422."""
+    """The model's failure, its message naming the call (and the batch item), with FastAPI's detail on a 422 naming
+    the item (the writer adds System One's Retry-After on a 503)."""
     where = []
     if item is not None:
         where.append(f"requests[{item}]")
@@ -94,6 +94,5 @@ def _named(exc: ModelFailure, calls: list, item: int | None) -> ModelFailure:
         where.append(f"call {exc.call} ({question_numbers(calls, exc.call)})")
     message = ": ".join([*where, exc.message])
     loc = ["body"] if item is None else ["body", "requests", item]
-    headers = exc.error.headers(system_one=True) or None
     detail = validation_detail(loc, message) if exc.status == 422 else None
-    return ModelFailure(exc.failure, message, exc.call, headers, detail, exc.reason, ": ".join(where))
+    return ModelFailure(exc.failure, message, exc.call, None, detail, exc.reason, ": ".join(where))

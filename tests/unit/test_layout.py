@@ -70,7 +70,7 @@ def test_no_surface_imports_its_sibling(surface, sibling):
 @pytest.mark.parametrize("layer", ["shim.port", "shim.edge"])
 def test_the_port_and_the_edge_know_no_surface_and_not_each_other(layer):
     other = {"shim.port": "shim.edge", "shim.edge": "shim.port"}[layer]
-    above = (*SURFACES, "shim.app", "shim.server", "shim.exception_handlers", "shim.health", other)
+    above = (*SURFACES, "shim.app", "shim.server", "shim.errors.handlers", "shim.health", other)
     assert not [(name, target) for name, imported in SHIM.items() if within(name, layer)
                 for target in imported if any(within(target, upper) for upper in above)]
 
@@ -143,7 +143,7 @@ def test_the_app_hands_over_what_the_server_needs_explicitly():
     assert found == []
 
 
-@pytest.mark.parametrize("module", ["shim/errors.py", "shim/health.py", "shim/port/watch.py", "shim/port/model.py"])
+@pytest.mark.parametrize("module", ["shim/errors/failures.py", "shim/health.py", "shim/port/watch.py", "shim/port/model.py"])
 def test_why_the_model_is_unusable_is_never_read_back_from_text(module):
     """A Problem carries its public words and its detail from where it arises (errors.Problem): nothing that passes
     it on chooses the words by how a detail's text starts, nor cuts it."""
@@ -154,14 +154,14 @@ def test_why_the_model_is_unusable_is_never_read_back_from_text(module):
 
 
 def test_the_edge_asks_whether_a_request_is_a_post_in_one_place():
-    """Every POST guard, the disconnect watch among them, lives in shim/edge/ and asks edge.refusal.is_post."""
+    """Every POST guard, the disconnect watch among them, lives in shim/edge/ and asks edge.posts.is_post."""
     found = []
     for path in (ROOT / "shim").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Compare) and any(isinstance(part, ast.Constant) and part.value == "POST"
                                                      for part in (node.left, *node.comparators)):
                 found.append(str(path.relative_to(ROOT)))
-    assert found == ["shim/edge/refusal.py"]
+    assert found == ["shim/edge/posts.py"]
 
 @pytest.mark.parametrize("top", ["shim", "intern_decision_model", "wire", "gpucheck", "acceptance", "devstack"])
 def test_no_imports_in_a_cycle(top):

@@ -8,8 +8,9 @@ import jsonschema_rs
 import pytest
 from starlette.routing import Route
 
-from shim import error_codes
+from shim.errors import codes as error_codes
 from shim.app import OPENAPI_PATH, create_app
+from shim.errors import Failure
 from shim.settings import ShimSettings
 from wire.protocol import Kind
 
@@ -20,7 +21,7 @@ DOC = json.loads(OPENAPI_PATH.read_bytes())
 # (any path's, in the envelope's codes); the model's kinds among them.
 POST_ERRORS = {(error.status, error.code) for error in error_codes.REGISTRY
                if error.by_shim and error.sent and error not in error_codes.HTTP_CODES.values()}
-assert {(kind.status, kind.code) for kind in Kind} <= POST_ERRORS
+assert {(Failure.of(kind).error.status, Failure.of(kind).error.code) for kind in Kind} <= POST_ERRORS
 HEADERS_TOO_LARGE = error_codes.HEADERS_TOO_LARGE.status
 # What the server writes before any route, on every path: an unreadable request, too many pipelined, too many
 # connections (a GET /health over MAX_CONNECTIONS is answered, its 503 its own).

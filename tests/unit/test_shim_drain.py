@@ -101,7 +101,7 @@ async def test_a_request_admitted_before_the_drain_finishes_and_then_the_drain_i
 
 
 async def test_a_new_post_and_one_waiting_for_the_lock_are_refused_alike(draining_app):
-    """The drain's refusal is one answer (shim/error_codes.py's DRAINING), whether the edge refuses a new POST or
+    """The drain's refusal is one answer (shim/errors/codes.py's DRAINING), whether the edge refuses a new POST or
     the port stops one that was waiting for the lock."""
     service, model = draining_app
     model.gate = asyncio.Event()

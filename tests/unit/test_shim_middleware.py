@@ -19,7 +19,7 @@ from shim.app import build_service, create_app
 from shim.edge.admission import Admission
 from shim.edge.auth import BearerAuth
 from shim.edge.body import BodyReader, KnownEncoding, declared_length
-from shim.edge.draining import RefuseWhileDraining
+from shim.edge.drain_gate import RefuseWhileDraining
 from shim.json_body import ON_LOOP_BYTES, strict_body
 from shim.edge.tokens import AcceptedTokens, bearer_matches
 

@@ -230,7 +230,7 @@ async def test_model_failures_as_on_the_semif_routes_503_with_retry_after(client
     model.fail_with = ModelFailure(failure, "boom", call=0)
     response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
     assert response.status_code == status and response.headers.get("retry-after") == retry_after
-    # a model_unavailable failure is told in fixed words (shim/errors.py, Problem.public), the detail logged; so is
+    # a model_unavailable failure is told in fixed words (shim/errors/failures.py, Problem.public), the detail logged; so is
     # an out-of-memory's detail (CUDA's line), after which call failed
     message = {Failure.TRITON: "model unavailable", Failure.FAILED: "call 0 (questions 1–3): boom",
                Failure.OUT_OF_MEMORY: f"call 0 (questions 1–3): {OUT_OF_MEMORY_WORDS}"}[failure]

@@ -75,7 +75,7 @@ def test_one_failure_type_names_the_kind_everywhere():
     assert [Failure.of(kind) for kind in Kind] == [Failure.INVALID, Failure.OUT_OF_MEMORY, Failure.FAILED]
     for kind in Kind:
         failure = Failure.of(kind)
-        assert (failure.error.status, failure.error.code, failure.label) == (kind.status, kind.code, kind.word)
+        assert (failure.error.code, failure.label) == (kind.word, kind.word)
     assert TRITON_ERROR_KINDS == ("invalid_request", "out_of_memory", "scoring_failed", "model_unavailable",
                                   "transport", "unreadable_answer")
     assert [failure for failure in Failure if failure.marks_down] == [Failure.TRITON, Failure.TRANSPORT]

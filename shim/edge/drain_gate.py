@@ -5,8 +5,9 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..drain import Drain
-from ..error_codes import DRAINING
-from .refusal import is_post, refuse
+from ..errors.codes import DRAINING
+from ..errors.answer import refuse
+from .posts import is_post
 
 
 class RefuseWhileDraining:

@@ -1,4 +1,5 @@
-"""Every error the app raises, answered in the envelope; Starlette's exception handlers, at module level."""
+"""Starlette's exception handlers: every error the app raises, and what the port tells (the drain stopped the queue,
+the client went away), answered through the one writer in the shape of the route's surface."""
 from __future__ import annotations
 
 import logging
@@ -7,21 +8,23 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from .error_codes import CLIENT_GONE, DRAINING, HTTP_CODES, INVALID, SCORING_FAILED
-from .errors import ApiError, Failure, ModelFailure, UnprocessableRequest, envelope
-from .client_gone import ClientGone
-from .port.waiting import QueueStopped
+from ..client_gone import ClientGone
+from ..port.waiting import QueueStopped
+from .answer import response
+from .codes import CLIENT_GONE, DRAINING, HTTP_CODES, INVALID, SCORING_FAILED
+from .envelope import envelope
+from .failures import Failure, ModelFailure
+from .raised import ApiError, UnprocessableRequest
 
 log = logging.getLogger("intern_decision.shim")
 
 
 def error_body(exc: ApiError | UnprocessableRequest) -> dict:
     """The envelope for an error the app raises, in its public words, with its 422 detail when it has one; the MCP
-    tools' failures carry the same body (shim/systemone/mcp.py)."""
-    body = envelope(exc.error, exc.public_message) if isinstance(exc, ApiError) else envelope(INVALID, str(exc))
-    if exc.detail is not None:
-        body["detail"] = exc.detail
-    return body
+    tools' failures carry it as their result (shim/systemone/mcp.py)."""
+    if isinstance(exc, ApiError):
+        return envelope(exc.error, exc.public_message, detail=exc.detail)
+    return envelope(INVALID, str(exc), detail=exc.detail)
 
 
 def as_api_error(exc: QueueStopped | ClientGone) -> ApiError:
@@ -29,7 +32,7 @@ def as_api_error(exc: QueueStopped | ClientGone) -> ApiError:
     connection closed so that the retry opens one to another replica; one whose client went away is 499, read by no
     one (the status is for the access line and the series)."""
     if isinstance(exc, QueueStopped):
-        return ApiError(DRAINING, DRAINING.words, DRAINING.headers())
+        return ApiError(DRAINING, DRAINING.words)
     return ApiError(CLIENT_GONE, str(exc))
 
 
@@ -38,7 +41,7 @@ async def port_outcome(request: Request, exc: QueueStopped | ClientGone) -> JSON
 
 
 async def invalid_request(request: Request, exc: UnprocessableRequest) -> JSONResponse:
-    return JSONResponse(error_body(exc), status_code=INVALID.status)
+    return response(INVALID, str(exc), path=request.scope["path"], detail=exc.detail)
 
 
 async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -46,7 +49,7 @@ async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         log.error("%s %s: %s", request.method, request.url.path, exc)
     elif exc.status >= 500:
         log.warning("%s %s: %s", request.method, request.url.path, exc)
-    return JSONResponse(error_body(exc), status_code=exc.status, headers=exc.headers)
+    return response(exc.error, exc.public_message, path=request.scope["path"], own=exc.headers, detail=exc.detail)
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -54,14 +57,14 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
     error = HTTP_CODES.get(exc.status_code)
     if error is None:
         return await unexpected(request, exc)
-    return JSONResponse(envelope(error, exc.detail), status_code=error.status, headers=exc.headers)
+    return response(error, exc.detail, path=request.scope["path"], own=exc.headers)
 
 
 async def unexpected(request: Request, exc: Exception) -> JSONResponse:
     """Starlette's last resort (ServerErrorMiddleware, inside RequestId and the access line): the exception, its
     type among it, goes to the log with the request id; the caller is told that something failed, not what."""
     log.exception("%s %s: failed while building the response", request.method, request.url.path)
-    return JSONResponse(envelope(SCORING_FAILED, UNEXPECTED_FAILURE), status_code=SCORING_FAILED.status)
+    return response(SCORING_FAILED, UNEXPECTED_FAILURE, path=request.scope["path"])
 
 
 UNEXPECTED_FAILURE = "failed while building the response; the log has the detail under this request's id"

@@ -1,10 +1,6 @@
-"""Every public error code, defined once: its status, its code, its words where they are always the same, whether
-it asks the caller to wait (Retry-After) and whether the connection is closed after it.
-
-The app, the refusals the server writes before the app (shim/server/refusals.py), the edge, the port's outcomes and
-the MCP tools all answer from here, as uvicorn answers its one `service_unavailable` from one place; the errors
-tables of the docs and the balancer's own answers are held to this table by a test (tests/unit/test_error_codes.py).
-"""
+"""Every public error code, defined once: its status, code and fixed words, TypeSafe's error type for it, whether
+it asks the caller to wait (Retry-After) and whether it closes the connection. The docs' errors tables, the OpenAPI
+document and the balancer's answers are held to it by tests/unit/test_error_codes.py."""
 from __future__ import annotations
 
 from http import HTTPStatus
@@ -19,7 +15,9 @@ class PublicError(NamedTuple):
     names what was refused). retry_after: Retry-After is sent with it; retry_after_on_system_one: only on the System
     One routes (TypeSafe's overloaded_error asks the caller to wait). closes: the connection is closed after it.
     by_shim, by_balancer: who answers it (the shipped HAProxy answers some of the shim's codes itself, and one of its
-    own). sent: False for a status that is only logged and counted (no one is left to read it)."""
+    own). sent: False for a status that is only logged and counted (no one is left to read it). error_type: the
+    `error_type` word of TypeSafe's detail beside the envelope on the System One routes (a 422 carries FastAPI's
+    detail instead)."""
 
     status: int
     code: str
@@ -30,6 +28,7 @@ class PublicError(NamedTuple):
     by_shim: bool = True
     by_balancer: bool = False
     sent: bool = True
+    error_type: str = "invalid_request_error"
 
     @property
     def phrase(self) -> str:
@@ -51,35 +50,37 @@ class PublicError(NamedTuple):
 TOO_MANY_PIPELINED = PublicError(400, "too_many_pipelined_requests", closes=True)
 MALFORMED = PublicError(400, "malformed_request", "the request is not valid HTTP/1.1", closes=True)
 HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large", closes=True)
-TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections", retry_after=True, closes=True)
+TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections", retry_after=True, closes=True,
+                                   error_type="overloaded_error")
 # Refused by the edge before the app, in the order a POST meets them (framing, auth, drain, encoding, admission,
 # body); the balancer answers busy, unauthorized, request_too_large and request_timeout itself too.
 UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding", closes=True)
-UNAUTHORIZED = PublicError(401, "unauthorized", "missing or wrong bearer token", by_balancer=True)
+UNAUTHORIZED = PublicError(401, "unauthorized", "missing or wrong bearer token", by_balancer=True,
+                           error_type="authentication_error")
 # A new POST once the drain refuses, and an admitted one still waiting for the lock (shim/drain.py): the same answer.
 DRAINING = PublicError(503, "draining",
                        "this replica is shutting down and had not started this request; retry (another replica)",
-                       retry_after=True, closes=True)
+                       retry_after=True, closes=True, error_type="overloaded_error")
 UNSUPPORTED_MEDIA_TYPE = PublicError(415, "unsupported_media_type")
-BUSY = PublicError(429, "busy", retry_after=True, by_balancer=True)
-REQUEST_TIMEOUT = PublicError(408, "request_timeout", by_balancer=True)
-TOO_LARGE = PublicError(413, "request_too_large", by_balancer=True)
+BUSY = PublicError(429, "busy", retry_after=True, by_balancer=True, error_type="rate_limit_error")
+REQUEST_TIMEOUT = PublicError(408, "request_timeout", by_balancer=True, error_type="timeout_error")
+TOO_LARGE = PublicError(413, "request_too_large", by_balancer=True, error_type="request_too_large")
 # The app's own: validation (and the model's ValueError), an answer that cannot be read, no such route or method.
 INVALID = PublicError(422, "invalid_request")
-SCORING_FAILED = PublicError(500, "scoring_failed")
-NOT_FOUND = PublicError(404, "not_found")
+SCORING_FAILED = PublicError(500, "scoring_failed", error_type="api_error")
+NOT_FOUND = PublicError(404, "not_found", error_type="not_found_error")
 METHOD_NOT_ALLOWED = PublicError(405, "method_not_allowed")
 # The model's: it cannot be used, or it ran out of GPU memory for one request (the wire's Kind says which).
-UNAVAILABLE = PublicError(502, "model_unavailable", "model unavailable")
+UNAVAILABLE = PublicError(502, "model_unavailable", "model unavailable", error_type="api_error")
 OUT_OF_MEMORY = PublicError(503, "out_of_memory",
                             "the model ran out of GPU memory for this request; the service keeps answering",
-                            retry_after_on_system_one=True)
+                            retry_after_on_system_one=True, error_type="overloaded_error")
 # A request whose client went away before it reached the model: logged and counted, read by no one.
 CLIENT_GONE = PublicError(499, "client_gone", "the client went away before its request reached the model",
                           sent=False)
 # The balancer's own: no replica took the request within its queue timeout.
 NO_REPLICA = PublicError(503, "no_replica", "no replica could take the request in time; retry later",
-                         retry_after=True, by_shim=False, by_balancer=True)
+                         retry_after=True, by_shim=False, by_balancer=True, error_type="overloaded_error")
 
 REGISTRY = (TOO_MANY_PIPELINED, MALFORMED, UNAUTHORIZED, NOT_FOUND, METHOD_NOT_ALLOWED, REQUEST_TIMEOUT, TOO_LARGE,
             UNSUPPORTED_MEDIA_TYPE, INVALID, BUSY, HEADERS_TOO_LARGE, CLIENT_GONE, SCORING_FAILED,

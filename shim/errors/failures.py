@@ -1,12 +1,5 @@
-"""The error envelope, the shim's public errors, and the one failure type of a call to the model.
-
-A failure is classified once, where it happens (the Triton adapter, the answer's reader, the watch), as a `Failure`
-built on the wire protocol's `Kind`; the watch, the metrics and the HTTP answer read that one value.
-
-Why the model cannot be used is told to callers (a 502, /health's reason, an MCP tool error) in a few fixed words
-(Problem.public, chosen where the problem arises), never in the shim's detail, which may carry Triton's own text, an
-exception's or an address, and which may come from another caller's request: the detail goes to the log only.
-"""
+"""How a call to the model failed, classified once where it happens (Failure, on the wire's Kind), and why the model
+is unusable (Problem): fixed public words for callers, the detail, which may carry Triton's text, for the log only."""
 from __future__ import annotations
 
 import enum
@@ -14,8 +7,8 @@ from typing import NamedTuple
 
 from wire.protocol import Kind, parse_error
 
-# Every public error (status, code, fixed words, Retry-After) is defined once, in shim/error_codes.py.
-from .error_codes import BY_CODE, OUT_OF_MEMORY, SCORING_FAILED, UNAVAILABLE, PublicError
+from .codes import INVALID, OUT_OF_MEMORY, SCORING_FAILED, UNAVAILABLE, PublicError
+from .raised import ApiError
 
 
 # The words a caller is told about the model (a 502's message, /health's reason, an MCP tool error), chosen where the
@@ -39,37 +32,6 @@ class Problem(NamedTuple):
     detail: str
 
 
-class ApiError(Exception):
-    """An error answered in the envelope with its status (and, on the System One routes, a 422's detail)."""
-
-    def __init__(self, error: PublicError, message: str, headers: dict[str, str] | None = None,
-                 detail: list[dict] | None = None):
-        super().__init__(error.status, error.code, message)
-        self.error = error
-        self.status = error.status
-        self.code = error.code
-        self.message = message
-        self.headers = headers
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.status} {self.code}: {self.message}"
-
-    @property
-    def public_message(self) -> str:
-        """What the caller is told; `message` goes to the log."""
-        return self.message
-
-
-class UnprocessableRequest(ValueError):
-    """A request either surface refuses before any model work: 422 invalid_request; the message names the field. A
-    surface that answers with a structured detail (System One's FastAPI-shaped list) overrides `detail`."""
-
-    @property
-    def detail(self) -> list[dict] | None:
-        return None
-
-
 class Failure(enum.Enum):
     """How a call to the model failed.
 
@@ -78,10 +40,10 @@ class Failure(enum.Enum):
     marks_down:  whether the watch takes the model for down and pings it at once
     """
 
-    # the model's own kinds, answered as the registry's errors of their codes (the wire's Kind agrees, held by a test)
-    INVALID = (Kind.INVALID.word, BY_CODE[Kind.INVALID.code], False)
-    OUT_OF_MEMORY = (Kind.OUT_OF_MEMORY.word, BY_CODE[Kind.OUT_OF_MEMORY.code], False)
-    FAILED = (Kind.FAILED.word, BY_CODE[Kind.FAILED.code], False)
+    # the model's own kinds, answered with the registry's error whose code is the kind's word (held by a test)
+    INVALID = (Kind.INVALID.word, INVALID, False)
+    OUT_OF_MEMORY = (Kind.OUT_OF_MEMORY.word, OUT_OF_MEMORY, False)
+    FAILED = (Kind.FAILED.word, SCORING_FAILED, False)
     TRITON = ("model_unavailable", UNAVAILABLE, True)  # Triton answered an error of its own (a dead stub, not ready)
     TRANSPORT = ("transport", UNAVAILABLE, True)  # Triton did not answer at all: refused, reset, timed out
     UNREADABLE = ("unreadable_answer", SCORING_FAILED, False)  # an answer that lacks something a result needs
@@ -129,20 +91,6 @@ class IncompleteAnswer(ModelFailure):
 
     def __init__(self, message: str):
         super().__init__(Failure.UNREADABLE, message)
-
-
-def envelope(error: PublicError, message: str | None = None) -> dict:
-    """The error envelope of a public error, its fixed words unless a message is given."""
-    text = error.words if message is None else message
-    if text is None:
-        raise ValueError(f"{error.code} has no fixed words: name what was refused")
-    return {"error": {"code": error.code, "message": text}}
-
-
-def validation_detail(loc: list, message: str, kind: str = "value_error") -> list[dict]:
-    """FastAPI's (and TypeSafe's) 422 detail, set beside the envelope as "detail", so their clients' typed errors
-    read it: `loc` names the field, `kind` is the error's type."""
-    return [{"loc": loc, "msg": message, "type": kind}]
 
 
 def from_triton(status: int | str | None, message: str) -> ModelFailure:

@@ -1,0 +1,59 @@
+"""The one writer of an error's answer, for the edge, the app's handlers, MCP and the server: the envelope in the
+answering surface's shape, with the headers of its policy."""
+from __future__ import annotations
+
+import json
+import uuid
+from http import HTTPStatus
+
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from .codes import PublicError
+from .envelope import envelope, headers, is_system_one
+
+
+def response(error: PublicError, message: str | None = None, *, path: str = "", own: dict[str, str] | None = None,
+             detail: list[dict] | None = None, status: int | None = None) -> JSONResponse:
+    """The answer to a request for `path`: the envelope (its fixed words unless a message is given) and the headers
+    its policy adds (Retry-After, Connection: close) on that surface, then any of the answer's own."""
+    system_one = is_system_one(path)
+    return JSONResponse(envelope(error, message, system_one=system_one, detail=detail),
+                        status_code=error.status if status is None else status,
+                        headers=headers(error, system_one, own))
+
+
+async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError, message: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+    """A refusal sent before the app is reached (the edge's, MCP's)."""
+    await response(error, message, path=scope.get("path", ""), own=headers)(scope, receive, send)
+
+
+def _server_body(error: PublicError, message: str) -> bytes:
+    """The envelope as the server writes it, before there is a request to route (on every path alike)."""
+    return json.dumps(envelope(error, message)).encode("ascii")
+
+
+def closing_answer(error: PublicError, message: str) -> bytes:
+    """A whole response written to the transport by the server, closing the connection whatever the code's policy
+    elsewhere."""
+    body = _server_body(error, message)
+    closing = {**error.headers(), "Connection": "close"}
+    policy = "".join(f"{name.lower()}: {value}\r\n" for name, value in closing.items())
+    return (f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n{policy}x-request-id: {uuid.uuid4().hex}\r\n\r\n").encode("ascii") + body
+
+
+def server_answer(error: PublicError, message: str):
+    """The ASGI app the server hands a request it refuses once its head is read: the envelope, the headers of the
+    code's policy and a request id of its own."""
+    body = _server_body(error, message)
+    policy = [(name.lower().encode("ascii"), value.encode("ascii")) for name, value in error.headers().items()]
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": error.status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode("ascii")), *policy,
+            (b"x-request-id", uuid.uuid4().hex.encode("ascii"))]})
+        await send({"type": "http.response.body", "body": body})
+
+    return answer

@@ -1,0 +1,36 @@
+"""The two exceptions the app raises to answer an error: ApiError (a registered error, its message and headers) and
+UnprocessableRequest (422 invalid_request, naming the field)."""
+from __future__ import annotations
+
+from .codes import PublicError
+
+
+class ApiError(Exception):
+    """An error answered in the envelope with its status (and, on the System One routes, a 422's detail)."""
+
+    def __init__(self, error: PublicError, message: str, headers: dict[str, str] | None = None,
+                 detail: list[dict] | None = None):
+        super().__init__(error.status, error.code, message)
+        self.error = error
+        self.status = error.status
+        self.code = error.code
+        self.message = message
+        self.headers = headers
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.code}: {self.message}"
+
+    @property
+    def public_message(self) -> str:
+        """What the caller is told; `message` goes to the log."""
+        return self.message
+
+
+class UnprocessableRequest(ValueError):
+    """A request either surface refuses before any model work: 422 invalid_request; the message names the field. A
+    surface that answers with a structured detail (System One's FastAPI-shaped list) overrides `detail`."""
+
+    @property
+    def detail(self) -> list[dict] | None:
+        return None

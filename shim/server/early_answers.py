@@ -1,0 +1,64 @@
+"""What the server answers itself, before or instead of the app (each closing the connection): the words naming
+the bound that was met, written by the errors' one writer (shim/errors/answer.py)."""
+from __future__ import annotations
+
+from ..edge.framing import closing
+from ..errors.answer import closing_answer, server_answer
+from ..errors.codes import HEADERS_TOO_LARGE, MALFORMED, TOO_LARGE, TOO_MANY_CONNECTIONS, TOO_MANY_PIPELINED
+from .limits import MAX_BODY_CHUNKS, MAX_HEADER_BYTES, MAX_HEADERS, ConnectionLimits
+
+
+def headers_too_large() -> bytes:
+    return closing_answer(HEADERS_TOO_LARGE,
+                          f"the request line and headers are larger than {MAX_HEADER_BYTES} bytes")
+
+
+def too_many_headers() -> bytes:
+    return closing_answer(HEADERS_TOO_LARGE, f"the request has more than {MAX_HEADERS} headers (MAX_HEADERS)")
+
+
+def too_many_chunks() -> bytes:
+    return closing_answer(TOO_LARGE, f"the body arrives in more than {MAX_BODY_CHUNKS} chunks (MAX_BODY_CHUNKS); "
+                                     f"send larger chunks, or a Content-Length")
+
+
+def malformed() -> bytes:
+    """uvicorn's own 400 for a request its parser cannot read, in the envelope."""
+    return closing_answer(MALFORMED, MALFORMED.words or "")
+
+
+def too_many_pipelined(max_pipelined: int) -> bytes:
+    return closing_answer(TOO_MANY_PIPELINED,
+                          f"more than {max_pipelined} requests pipelined on one connection; send them on more "
+                          f"connections, or wait for the answers")
+
+
+def _too_many_connections_text(limits: ConnectionLimits, over: str | None) -> str:
+    if over == "peer":
+        return (f"this client has {limits.max_per_peer} connections open, all busy (MAX_CONNECTIONS_PER_PEER); "
+                f"retry later")
+    return f"this replica has {limits.max_connections} connections open, all busy (MAX_CONNECTIONS); retry later"
+
+
+def over_peer_share(limits: ConnectionLimits) -> bytes:
+    """What a request gets at its first byte when its client already holds more than its share and every one of its
+    connections is busy (a head still arriving counts as busy): refused before its head is read."""
+    return closing_answer(TOO_MANY_CONNECTIONS, _too_many_connections_text(limits, "peer"))
+
+
+def too_many_connections(limits: ConnectionLimits, over: str | None = None):
+    """The ASGI app a request gets on a connection over MAX_CONNECTIONS or its peer's share, when no idle connection
+    can give way: 503 in the envelope, then closed."""
+    return server_answer(TOO_MANY_CONNECTIONS, _too_many_connections_text(limits, over))
+
+
+def closing_after(app):
+    """The app, its response carrying Connection: close (uvicorn then closes the connection once it is sent)."""
+
+    async def answer(scope, receive, send) -> None:
+        async def send_closing(message) -> None:
+            await send(closing(message) if message["type"] == "http.response.start" else message)
+
+        await app(scope, receive, send_closing)
+
+    return answer
