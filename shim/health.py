@@ -6,10 +6,9 @@ two and costs Triton nothing of its own: the watch's verdict first (503 at once)
 an app run without its lifespan, so without the loop (the unit tests' ASGI transport), checks when asked, one check
 at a time however many callers ask.
 
-/health is open, so what it says is public: its reason is one of a few fixed words (shim/errors/failures.py, Problem.public,
-chosen where the problem arose: "triton unreachable", "model not ready", ...), never Triton's own text, an
-exception's or an address. The details go
-to the log, and the verdict to intern_decision_shim_model_up.
+/health is open, so what it says is public: its reason is one of a few fixed words (shim/errors/failures.py,
+Problem.public, chosen where the problem arose: "triton unreachable", "model not ready", ...), never Triton's own
+text, an exception's or an address. The details go to the log, and the verdict to intern_decision_shim_model_up.
 """
 from __future__ import annotations
 
@@ -43,7 +42,9 @@ CHUNKING = ("greedy in request order: questions 1-16 form the first call, 17-32 
 MODEL_CHECK_SECONDS = 5.0  # how often Triton's readiness and the facts are read, whether /health is called or not
 
 
-class Verdict(NamedTuple):
+class ModelHealth(NamedTuple):
+    """What a check of the model found: why it is unusable, or its facts."""
+
     problem: Problem | None  # why the model is not usable; None when it is
     facts: ModelFacts | None  # the model's facts, when it is usable
 
@@ -53,20 +54,20 @@ class HealthCheck:
         self._watch = watch
         self._metrics = metrics
         self.facts = FactsCache(watch)
-        self._last: Verdict | None = None  # the last check's, without the watch's own verdict
+        self._last: ModelHealth | None = None  # the last check's, without the watch's own verdict
         self._checking: asyncio.Future | None = None
         self._kept = False  # whether keep_checking runs
 
-    async def current(self) -> Verdict:
+    async def current(self) -> ModelHealth:
         """What /health says (its problem's public words); sets model_up. No call to Triton of its own while
         keep_checking runs and has checked once."""
         if self._watch.down is None and not (self._kept and self._last is not None):
             await self.check()
-        verdict = self._last if self._watch.down is None else Verdict(self._watch.down, None)
+        verdict = self._last if self._watch.down is None else ModelHealth(self._watch.down, None)
         self._metrics.model_up.set(verdict.problem is None)
         return verdict
 
-    async def check(self) -> Verdict:
+    async def check(self) -> ModelHealth:
         """Reads Triton's readiness and the facts now; callers that ask while a check runs share it."""
         if self._checking is None:
             self._checking = asyncio.ensure_future(self._read())
@@ -77,7 +78,7 @@ class HealthCheck:
         if self._checking is done:
             self._checking = None
 
-    async def _read(self) -> Verdict:
+    async def _read(self) -> ModelHealth:
         problem, facts = await self._watch.triton_ready(), None
         if problem is None:
             try:
@@ -86,7 +87,7 @@ class HealthCheck:
                 problem = Problem(exc.reason if isinstance(exc, ModelFailure) else MODEL_UNAVAILABLE, exc.message)
         if problem is not None:
             self.facts.clear()  # a restarted model may bring other pins
-        previous, self._last = self._last, Verdict(problem, facts)
+        previous, self._last = self._last, ModelHealth(problem, facts)
         if problem is not None and (previous is None or previous.problem != problem):
             log.warning("the health check finds the model not usable: %s", problem.detail)
         elif problem is None and previous is not None and previous.problem is not None:

@@ -29,7 +29,9 @@ Peer = str | None  # the client's address without its port; None when the transp
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ConnectionAdmission:
+    """Whether the roster lets a connection (or its next request) in, and at what cost."""
+
     admitted: bool
     evict: tuple[Hashable, ...] = ()  # connections to close now, to make room (only when admitted)
     over: str | None = None  # when refused: "peer" (its share) or "total"
@@ -102,35 +104,35 @@ class Roster:
             if not entry.busy:
                 self._idle[connection] = None  # the newest idle
 
-    def admit_peer(self, connection: Hashable) -> Verdict:
+    def admit_peer(self, connection: Hashable) -> ConnectionAdmission:
         """May a request begin on `connection` as far as its peer's share goes? Asked at the request's first byte, so
         that a head trickled over many connections is refused as it begins, not only once complete; the peer's own
         idle connections give way first, as in `admit`."""
         entry = self._entries.get(connection)
         if entry is None:
-            return Verdict(True)
+            return ConnectionAdmission(True)
         verdict = self._peer_room(connection, entry)
         for victim in verdict.evict:
             self.closed(victim)
         return verdict
 
-    def _peer_room(self, connection: Hashable, entry: _Entry) -> Verdict:
+    def _peer_room(self, connection: Hashable, entry: _Entry) -> ConnectionAdmission:
         if not entry.capped:
-            return Verdict(True)
+            return ConnectionAdmission(True)
         excess = self._per_peer[entry.peer] - self.per_peer  # type: ignore[operator]
         if excess <= 0:
-            return Verdict(True)
+            return ConnectionAdmission(True)
         mine = self._oldest_idle(connection, lambda other: other.peer == entry.peer, excess)
         if len(mine) < excess:
-            return Verdict(False, over="peer")
-        return Verdict(True, tuple(mine))
+            return ConnectionAdmission(False, over="peer")
+        return ConnectionAdmission(True, tuple(mine))
 
-    def admit(self, connection: Hashable) -> Verdict:
+    def admit(self, connection: Hashable) -> ConnectionAdmission:
         """May the request whose headers just completed on `connection` be served? When admitted, the connections
         in `evict` are already forgotten here; the caller closes them."""
         entry = self._entries.get(connection)
         if entry is None:
-            return Verdict(True)
+            return ConnectionAdmission(True)
         peer = self._peer_room(connection, entry)
         if not peer.admitted:
             return peer
@@ -147,12 +149,12 @@ class Roster:
                 others += self._heaviest_heads(connection, entry, excess - len(others), chosen)
                 others += self._oldest_idle(connection, lambda other: True, excess - len(others), chosen)
                 if len(others) < excess:
-                    return Verdict(False, over="total")
+                    return ConnectionAdmission(False, over="total")
                 evict.extend(others)
         entry.in_head = False
         for victim in evict:
             self.closed(victim)
-        return Verdict(True, tuple(evict))
+        return ConnectionAdmission(True, tuple(evict))
 
     def _held(self, entry: _Entry) -> int:
         return self._per_peer.get(entry.peer, 0) if entry.capped else 0

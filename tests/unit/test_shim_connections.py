@@ -15,7 +15,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from shim import metrics, server
-from shim.server.roster import Roster, Verdict, address_matcher
+from shim.server.roster import Roster, ConnectionAdmission, address_matcher
 from shim.settings import ShimSettings
 
 SECRETS = {"INTERN_DECISION_API_TOKEN": "t" * 32, "INTERN_DECISION_TRITON_API_KEY": "k" * 32}
@@ -110,7 +110,7 @@ def test_a_head_beginning_past_its_peers_share_is_refused_as_it_begins_and_leave
     first = table.admit_peer("head-1")
     assert first.admitted and first.evict == ("head-2", "head-3")  # its own idle give way first, oldest first
     table.request_began("head-4")
-    assert table.admit_peer("head-4") == Verdict(True)
+    assert table.admit_peer("head-4") == ConnectionAdmission(True)
     assert table.held_by("10.0.0.1") == 2
     table.opened("victim", "10.0.0.2")
     table.request_began("victim")
@@ -170,7 +170,7 @@ def test_a_source_never_takes_from_one_no_heavier_than_itself_nor_an_admitted_re
     table.admit(theirs[0])  # admitted: the app has it, it never gives way
     table.opened("more", "10.0.0.1")
     table.request_began("more")
-    assert table.admit("more") == Verdict(False, over="total")  # 10.0.0.2 holds 2, this source 3 with it
+    assert table.admit("more") == ConnectionAdmission(False, over="total")  # 10.0.0.2 holds 2, this source 3 with it
     table.closed("more")
     table.closed(mine[0])
     heads(table, "10.0.0.2", 1, "late")  # 10.0.0.2 holds 3 again, one of them admitted
