@@ -411,6 +411,36 @@ async def test_every_non_422_error_on_the_system_one_routes_carries_typesafes_de
         assert failed.headers["x-typesafe-request-id"] == failed.headers["x-request-id"]
 
 
+async def test_an_error_is_written_in_typesafes_shape_where_it_is_built_never_held_and_rewritten():
+    """The System One layer adds its request id header and passes every message on as it comes: an error's start is
+    sent before its body ends, its body unread (the envelope and TypeSafe's detail are built by shim/errors/)."""
+    from shim.errors.codes import SCORING_FAILED
+    from shim.errors.envelope import envelope
+    from shim.systemone.conventions import SystemOneConventions
+
+    sent: list[dict] = []
+    start = {"type": "http.response.start", "status": 500, "headers": [(b"content-type", b"application/json")]}
+    chunks = [{"type": "http.response.body", "body": b'{"error":', "more_body": True},
+              {"type": "http.response.body", "body": b"not read", "more_body": False}]
+
+    async def app(scope, receive, send):
+        await send(start)
+        assert len(sent) == 1
+        for chunk in chunks:
+            await send(chunk)
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "path": "/v1/systemone", "state": {"request_id": "r-1"}}
+    await SystemOneConventions(app)(scope, None, send)
+    assert sent == [start, *chunks] and (b"x-typesafe-request-id", b"r-1") in start["headers"]
+    assert envelope(SCORING_FAILED, "failed", system_one=True) == {
+        "error": {"code": "scoring_failed", "message": "failed"},
+        "detail": {"error_type": "api_error", "message": "failed"}}
+    assert envelope(SCORING_FAILED, "failed") == {"error": {"code": "scoring_failed", "message": "failed"}}
+
+
 async def test_a_422_keeps_fastapis_detail_list_even_when_refused_at_the_edge(client):
     undecodable = await client.post("/v1/systemone", content=b"not gzip",
                                     headers={**AUTH, "Content-Encoding": "gzip", "Content-Type": "application/json"})
