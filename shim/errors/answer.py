@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import json
 import uuid
-from http import HTTPStatus
 
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from .codes import PublicError
-from .envelope import envelope, headers, is_system_one
+from .envelope import envelope, is_system_one, policy_headers
 
 
 def response(error: PublicError, message: str | None = None, *, path: str = "", own: dict[str, str] | None = None,
-             detail: list[dict] | None = None, status: int | None = None) -> JSONResponse:
+             detail: list[dict] | None = None) -> JSONResponse:
     """The answer to a request for `path`: the envelope (its fixed words unless a message is given) and the headers
     its policy adds (Retry-After, Connection: close) on that surface, then any of the answer's own."""
     system_one = is_system_one(path)
     return JSONResponse(envelope(error, message, system_one=system_one, detail=detail),
-                        status_code=error.status if status is None else status,
-                        headers=headers(error, system_one, own))
+                        status_code=error.status,
+                        headers=policy_headers(error, system_one, own))
 
 
 async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError, message: str | None = None,
@@ -40,7 +39,7 @@ def closing_answer(error: PublicError, message: str) -> bytes:
     body = _server_body(error, message)
     closing = {**error.headers(), "Connection": "close"}
     policy = "".join(f"{name.lower()}: {value}\r\n" for name, value in closing.items())
-    return (f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\ncontent-type: application/json\r\n"
+    return (f"HTTP/1.1 {error.status} {error.phrase}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n{policy}x-request-id: {uuid.uuid4().hex}\r\n\r\n").encode("ascii") + body
 
 

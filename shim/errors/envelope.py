@@ -29,7 +29,7 @@ def envelope(error: PublicError, message: str | None = None, *, system_one: bool
     return body
 
 
-def headers(error: PublicError, system_one: bool = False, own: dict[str, str] | None = None) -> dict[str, str]:
+def policy_headers(error: PublicError, system_one: bool = False, own: dict[str, str] | None = None) -> dict[str, str]:
     """The headers its policy adds on the answering surface (Retry-After, Connection: close), then the answer's own."""
     return {**error.headers(system_one), **(own or {})}
 
