@@ -60,9 +60,8 @@ MUTATIONS = (
              "bind ${bind} proto h1", "bind ${bind}",
              "tests/unit/test_balancer_bounds.py", "http1"),
     Mutation("the Triton request built off the loop", "shim/port/triton.py",
-             "await asyncio.get_running_loop().run_in_executor(_BODY_BUILDER, request_body, requests,\n"
-             "                                                                           request_id)",
-             "request_body(requests, request_id)",
+             "await asyncio.get_running_loop().run_in_executor(_BODY_BUILDER, request_body, requests,",
+             "request_body(requests,",
              "tests/unit/test_body_off_loop.py", "triton"),
     Mutation("the shared state sent once", "shim/port/triton.py",
              "state = shared_state(requests)", "state = None",
