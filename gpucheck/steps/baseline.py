@@ -147,6 +147,12 @@ def inprocess_torch_step(ctx: Context) -> Found:
     return Found(_describe_inprocess(result), result)
 
 
+def _blocked(ctx: Context) -> bool:
+    """Whether the in-process figures were measured with the kernels hidden (their forward failed): the runs
+    compared with them do the same."""
+    return bool((ctx.findings.inprocess or {}).get("kernels_blocked"))
+
+
 def inprocess_mixed_step(ctx: Context) -> Found:
     """The path served without causal-conv1d (fla's delta rule, torch's conv), beside the production path."""
     bound = (ctx.findings.inprocess or {}).get("bound") or {}
@@ -167,7 +173,7 @@ def graphs_step(ctx: Context) -> Found:
         raise Skip("CUDA graphs need a CUDA device")
     ctx.stop_stack()
     try:
-        result = _run_inprocess(ctx, "inprocess-graphs.json", block=False, extra=("--graphs",))
+        result = _run_inprocess(ctx, "inprocess-graphs.json", block=_blocked(ctx), extra=("--graphs",))
     except Exception:
         with keeping(written_so_far(ctx.out / "inprocess-graphs.json")):
             raise
@@ -207,7 +213,7 @@ def inprocess_shared_step(ctx: Context) -> Found:
         raise Skip(str(exc)) from None
     ctx.stop_stack()
     try:
-        result = _run_inprocess(ctx, "inprocess-shared.json", block=False, python=str(launcher))
+        result = _run_inprocess(ctx, "inprocess-shared.json", block=_blocked(ctx), python=str(launcher))
     except Exception:
         with keeping(written_so_far(ctx.out / "inprocess-shared.json")):
             raise
