@@ -23,6 +23,9 @@ LINGER_SECONDS = 2.0
 @dataclass(frozen=True)
 class ConnectionLimits:
     header_seconds: float = 10.0  # from a connection's opening, or a request's first byte, to the end of its headers
+    # from a connection's opening to its first byte: one that has sent nothing is closed as soon as a kept-alive one
+    # that has sent nothing more would be
+    silent_seconds: float = KEEP_ALIVE_SECONDS
     body_seconds: float = 5.0 + BODY_GRACE_SECONDS  # from the end of a request's headers to the end of its body
     max_connections: int | None = None  # open at once (idle ones give way first); beyond: 503 too_many_connections
     max_per_peer: int | None = None  # open from one client address; beyond: the same
