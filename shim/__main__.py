@@ -20,8 +20,8 @@ from .settings import ShimSettings
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shim")
-    parser.add_argument("--host", help="default: INTERN_DECISION_HOST, else 127.0.0.1")
-    parser.add_argument("--port", help="default: INTERN_DECISION_PORT, else 8080")
+    parser.add_argument("--host", help=f"default: INTERN_DECISION_HOST, else {ShimSettings.host}")
+    parser.add_argument("--port", help=f"default: INTERN_DECISION_PORT, else {ShimSettings.port}")
     args = parser.parse_args(argv)
     try:
         settings = ShimSettings.from_env(os.environ, host=args.host, port=args.port)

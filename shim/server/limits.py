@@ -22,8 +22,10 @@ LINGER_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    header_seconds: float = 10.0  # from a connection's opening, or a request's first byte, to the end of its headers
-    body_seconds: float = 5.0 + BODY_GRACE_SECONDS  # from the end of a request's headers to the end of its body
+    # From a connection's opening, or a request's first byte, to the end of its headers.
+    header_seconds: float = ShimSettings.header_timeout_seconds
+    # From the end of a request's headers to the end of its body.
+    body_seconds: float = ShimSettings.body_timeout_seconds + BODY_GRACE_SECONDS
     max_connections: int | None = None  # open at once (idle ones give way first); beyond: 503 too_many_connections
     max_per_peer: int | None = None  # open from one client address; beyond: the same
     balancer_addresses: tuple[str, ...] = ()  # addresses or networks exempt from max_per_peer
