@@ -30,14 +30,18 @@ class ConnectionLimits:
     max_per_peer: int | None = None  # open from one client address; beyond: the same
     balancer_addresses: tuple[str, ...] = ()  # addresses or networks exempt from max_per_peer
     max_pipelined: int = MAX_PIPELINED_REQUESTS
+    # The app's health check: a GET of it refused for too many connections is still answered, then closed (None:
+    # none is). The app names it; the server knows no route.
+    health_path: str | None = None
 
     @classmethod
-    def of(cls, settings: ShimSettings) -> "ConnectionLimits":
+    def of(cls, settings: ShimSettings, health_path: str | None = None) -> "ConnectionLimits":
         return cls(header_seconds=settings.header_timeout_seconds,
                    body_seconds=settings.body_timeout_seconds + BODY_GRACE_SECONDS,
                    max_connections=settings.max_connections,
                    max_per_peer=settings.max_connections_per_peer or None,
-                   balancer_addresses=settings.balancer_addresses)
+                   balancer_addresses=settings.balancer_addresses,
+                   health_path=health_path)
 
     def roster(self) -> Roster:
         """A new, empty roster with these bounds: a server holds one, shared by all its connections."""
