@@ -68,7 +68,7 @@ MUTATIONS = (
              "request = await read_body(large, parse_request, body, self._settings.max_decisions)",
              "request = parse_request(body, self._settings.max_decisions)",
              "tests/unit/test_body_off_loop.py", "structured"),
-    Mutation("MCP's check charges a float by its digits", "shim/systemone/mcp.py",
+    Mutation("MCP's check charges a float by its digits", "shim/systemone/mcp_body.py",
              "budget -= len(repr(current))", "budget -= 1",
              "tests/unit/test_body_off_loop.py", "mcp"),
 )

@@ -8,4 +8,6 @@ service   a request's calls planned, run under the lock, and answered; the batch
 routes    the Starlette handlers
 conventions  TypeSafe's conventions on those paths (their error shapes, headers)
 mcp       the same operations as MCP tools at /mcp
+mcp_body  an MCP request's body read once, strictly, and replayed to the SDK
+mcp_schemas  OpenAPI components as the tools' self-contained JSON Schemas
 """

@@ -13,7 +13,7 @@ from shim.edge import encoding
 from shim.server import limits
 from shim.settings import ShimSettings
 from shim.semif import request as semif_request
-from shim.systemone import mcp
+from shim.systemone import mcp_body
 from shim.systemone import request as systemone_request
 from wire import strict_json
 
@@ -35,7 +35,7 @@ FIXED = {
     "`semif.request.MAX_OPTIONS`": semif_request.MAX_OPTIONS,
     "`MAX_OPTIONS_FOR_ALL`": semif_request.MAX_OPTIONS_FOR_ALL,
     "`systemone.request.MAX_OPTIONS`": systemone_request.MAX_OPTIONS,
-    "`SDK_MESSAGE_BYTES`": mcp.SDK_MESSAGE_BYTES,
+    "`SDK_MESSAGE_BYTES`": mcp_body.SDK_MESSAGE_BYTES,
     "`metrics.FIRST_BYTE_SECONDS`": metrics.FIRST_BYTE_SECONDS, "`metrics.DEADLINE_SECONDS`": metrics.DEADLINE_SECONDS,
     "`metrics.MAX_CONNECTIONS`": metrics.MAX_CONNECTIONS, "`metrics.MAX_PER_PEER`": metrics.MAX_PER_PEER,
 }
