@@ -13,7 +13,7 @@ import logging.config
 import os
 import sys
 
-from . import logs, metrics, server, tracing
+from . import logs, metrics, metrics_server, server, tracing
 from .app import build_service
 from .settings import ShimSettings
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if metrics_address is not None:
         host, metrics_port = metrics_address
         try:
-            metrics.serve(shim_metrics.registry, host, metrics_port)
+            metrics_server.serve(shim_metrics.registry, host, metrics_port)
         except OSError as exc:
             print(f"refusing to start: the metrics port {host}:{metrics_port} cannot be bound "
                   f"(INTERN_DECISION_METRICS_PORT): {exc.strerror or exc}", file=sys.stderr)

@@ -57,7 +57,7 @@ class ShimSettings:
     mcp: bool = True
     # The playground, a page for people at /playground (shim/playground/).
     playground: bool = True
-    # Where python -m shim listens, and its metrics (shim/metrics.py): metrics_host "" is the shim's host, or the
+    # Where python -m shim listens, and its metrics (shim/metrics_server.py): metrics_host "" is the shim's host, or the
     # loopback where the shim listens on every address (the metrics are published only when named); metrics_port 0
     # serves no metrics.
     host: str = "127.0.0.1"

@@ -47,7 +47,7 @@ MUTATIONS = (
     Mutation("a source is an IPv6 /64", "shim/server/roster.py",
              "return str(ipaddress.IPv6Network((address, 64), strict=False))", "return str(address)",
              "tests/unit/test_shim_connections.py", "ipv6"),
-    Mutation("2 metrics connections per address", "shim/metrics.py",
+    Mutation("2 metrics connections per address", "shim/metrics_server.py",
              "if held >= self._max_per_peer:", "if False:",
              "tests/unit/test_shim_connections.py", "share_of_the_metrics"),
     Mutation("the parser's 400 in the envelope", "shim/server/bounded_connection.py",

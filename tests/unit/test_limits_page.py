@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shim import json_body, metrics
+from shim import json_body, metrics_server
 from shim.edge import encoding
 from shim.server import limits
 from shim.settings import ShimSettings
@@ -36,8 +36,8 @@ FIXED = {
     "`MAX_OPTIONS_FOR_ALL`": semif_request.MAX_OPTIONS_FOR_ALL,
     "`systemone.request.MAX_OPTIONS`": systemone_request.MAX_OPTIONS,
     "`SDK_MESSAGE_BYTES`": mcp_body.SDK_MESSAGE_BYTES,
-    "`metrics.FIRST_BYTE_SECONDS`": metrics.FIRST_BYTE_SECONDS, "`metrics.DEADLINE_SECONDS`": metrics.DEADLINE_SECONDS,
-    "`metrics.MAX_CONNECTIONS`": metrics.MAX_CONNECTIONS, "`metrics.MAX_PER_PEER`": metrics.MAX_PER_PEER,
+    **{f"`metrics_server.{name}`": value for name, value in vars(metrics_server).items()
+       if name.isupper() and isinstance(value, (int, float))},
 }
 
 
