@@ -113,10 +113,10 @@ class Context:
         return self.deadline.budget(min(limit, max(1.0, self.step_end - time.monotonic())))
 
     def script(self, module: str, arguments: list, log: str, python: str | None = None,
-               limit: float = float("inf"), env: dict | None = None) -> str:
+               limit: float = float("inf")) -> str:
         """Run one of the check's scripts (or another module) in the service's interpreter, from the repository,
         within what the step has left (and limit)."""
-        env = script_environment({**self.threads(), **self.kernel_cache(), **(env or {})})
+        env = script_environment({**self.threads(), **self.kernel_cache()})
         return run_logged([python or self.findings.python, "-m", module, *arguments], self.out / log,
                           self.budget(limit), env=env, cwd=REPO_ROOT)
 

@@ -2,7 +2,8 @@
 
 The in-process figures come from the interpreter's own binary, which Debian and Ubuntu link statically; the stub
 embeds the shared libpython, measured 14 % slower on a host-bound forward. A three-line launcher compiled against
-that library, with the interpreter's home and path, times the same predict() on it.
+that library and placed beside the environment's interpreter (so that its pyvenv.cfg, packages and .pth files are
+the same) times the same predict() on it.
 """
 from __future__ import annotations
 
@@ -44,20 +45,11 @@ def build(library: Path, dest: Path) -> Path:
     return launcher
 
 
-def environment(python: str) -> dict:
-    """PYTHONHOME and PYTHONPATH that give the launcher the interpreter's standard library and packages."""
-    probe = "import json, sys; print(json.dumps([sys.base_prefix, [p for p in sys.path if p]]))"
-    home, path = json.loads(subprocess.run([python, "-c", probe], check=True, capture_output=True, text=True,
-                                           timeout=60).stdout)
-    return {"PYTHONHOME": home, "PYTHONPATH": os.pathsep.join(path)}
-
-
-def runs_shared(launcher: Path, env: dict) -> dict:
+def runs_shared(launcher: Path) -> dict:
     """What the launcher's interpreter says of itself: its version and whether it runs on the shared library."""
-    probe = ("import json, sys, sysconfig; print(json.dumps({'version': sys.version.split()[0], "
+    probe = ("import json, sys; print(json.dumps({'version': sys.version.split()[0], 'prefix': sys.prefix, "
              "'shared': any('libpython' in line for line in open('/proc/self/maps'))}))")
-    done = subprocess.run([str(launcher), "-c", probe], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **env})
+    done = subprocess.run([str(launcher), "-c", probe], capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         raise LauncherUnavailable(f"the launcher does not start: {done.stderr.strip()[-300:]}")
     return json.loads(done.stdout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from gpucheck import budgets, kernel_lengths, shared_launcher
 from gpucheck.cap import plan_caps, unmeasured
@@ -43,7 +44,7 @@ def _with_kernels_seconds(ctx: Context) -> float:
 
 
 def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | None = None,
-                   extra: tuple[str, ...] = (), python: str | None = None, env: dict | None = None) -> dict:
+                   extra: tuple[str, ...] = (), python: str | None = None) -> dict:
     path = ctx.out / out_name
     budget = ctx.budget(_left(ctx) if seconds is None else seconds)
     own = budget - INPROCESS_IMPORTS_SECONDS - INPROCESS_LAST_ROUNDS_SECONDS
@@ -59,8 +60,7 @@ def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | No
         arguments.append("--block-kernels")
     arguments += list(extra)
     try:
-        ctx.script("gpucheck.inprocess", arguments, out_name.replace(".json", ".log"), limit=budget, python=python,
-                   env=env)
+        ctx.script("gpucheck.inprocess", arguments, out_name.replace(".json", ".log"), limit=budget, python=python)
     finally:
         result = json.loads(path.read_text()) if path.is_file() else {}
     return result
@@ -147,6 +147,12 @@ def inprocess_torch_step(ctx: Context) -> Found:
     return Found(_describe_inprocess(result), result)
 
 
+def _blocked(ctx: Context) -> bool:
+    """Whether the in-process figures were measured with the kernels hidden (their forward failed): the runs
+    compared with them do the same."""
+    return bool((ctx.findings.inprocess or {}).get("kernels_blocked"))
+
+
 def inprocess_mixed_step(ctx: Context) -> Found:
     """The path served without causal-conv1d (fla's delta rule, torch's conv), beside the production path."""
     bound = (ctx.findings.inprocess or {}).get("bound") or {}
@@ -167,7 +173,7 @@ def graphs_step(ctx: Context) -> Found:
         raise Skip("CUDA graphs need a CUDA device")
     ctx.stop_stack()
     try:
-        result = _run_inprocess(ctx, "inprocess-graphs.json", block=False, extra=("--graphs",))
+        result = _run_inprocess(ctx, "inprocess-graphs.json", block=_blocked(ctx), extra=("--graphs",))
     except Exception:
         with keeping(written_so_far(ctx.out / "inprocess-graphs.json")):
             raise
@@ -201,14 +207,13 @@ def inprocess_shared_step(ctx: Context) -> Found:
     stub = ctx.report.step("stub").data
     try:
         library = shared_launcher.shared_library(stub.get("libdir") or "", stub.get("python_version") or "")
-        launcher = shared_launcher.build(library, ctx.options.scratch / "launcher")
-        env = shared_launcher.environment(ctx.findings.python)
-        runtime = shared_launcher.runs_shared(launcher, env)
+        launcher = shared_launcher.build(library, Path(ctx.findings.python).parent)
+        runtime = shared_launcher.runs_shared(launcher)
     except shared_launcher.LauncherUnavailable as exc:
         raise Skip(str(exc)) from None
     ctx.stop_stack()
     try:
-        result = _run_inprocess(ctx, "inprocess-shared.json", block=False, python=str(launcher), env=env)
+        result = _run_inprocess(ctx, "inprocess-shared.json", block=_blocked(ctx), python=str(launcher))
     except Exception:
         with keeping(written_so_far(ctx.out / "inprocess-shared.json")):
             raise

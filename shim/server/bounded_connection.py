@@ -44,8 +44,8 @@ class _QuietOnceRefused(logging.LoggerAdapter):
 
 
 class BoundedConnectionProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with ConnectionLimits: a request's line and headers must arrive within
-    header_seconds (else the connection is closed), within MAX_HEADER_BYTES and MAX_HEADERS fields (else 431
+    """uvicorn's httptools protocol, with ConnectionLimits: a connection's first byte must arrive within
+    silent_seconds, a request's line and headers within header_seconds (else the connection is closed), within MAX_HEADER_BYTES and MAX_HEADERS fields (else 431
     request_header_too_large, and closed); a chunked body in at most MAX_BODY_CHUNKS chunks (else 413
     request_too_large, and closed); what the parser cannot read is 400 malformed_request in the envelope; its
     body within body_seconds of its headers (else closed); at most max_pipelined requests wait behind the one
@@ -70,6 +70,9 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._refusal: bytes | None = None  # the refusal waiting for the answers before it
         self._linger: asyncio.TimerHandle | None = None
         self._header_deadline: asyncio.TimerHandle | None = None
+        self._silent_deadline: asyncio.TimerHandle | None = None
+        if self._limits.silent_seconds < self._limits.header_seconds:
+            self._silent_deadline = self.loop.call_later(self._limits.silent_seconds, self._too_slow)
         self._body_deadline: asyncio.TimerHandle | None = None
         self._in_head = False  # a request's first byte arrived, its headers are not complete
         self._head_bytes = 0  # its line and headers so far, as the parser hands them over
@@ -87,7 +90,13 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         if self._header_deadline is None:
             self._header_deadline = self.loop.call_later(self._limits.header_seconds, self._too_slow)
 
+    def _spoke(self) -> None:
+        if self._silent_deadline is not None:
+            self._silent_deadline.cancel()
+            self._silent_deadline = None
+
     def _headers_arrived(self) -> None:
+        self._spoke()
         self._awaiting_headers = False
         if self._header_deadline is not None:
             self._header_deadline.cancel()
@@ -165,6 +174,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
                 self._refuse(refusals.headers_too_large())
 
     def on_message_begin(self) -> None:
+        self._spoke()
         if self._refused:
             return
         self._in_head = True

@@ -24,6 +24,9 @@ LINGER_SECONDS = 2.0
 class ConnectionLimits:
     # From a connection's opening, or a request's first byte, to the end of its headers.
     header_seconds: float = ShimSettings.header_timeout_seconds
+    # From a connection's opening to its first byte: one that has sent nothing is closed as soon as a kept-alive one
+    # that has sent nothing more would be.
+    silent_seconds: float = KEEP_ALIVE_SECONDS
     # From the end of a request's headers to the end of its body.
     body_seconds: float = ShimSettings.body_timeout_seconds + BODY_GRACE_SECONDS
     max_connections: int | None = None  # open at once (idle ones give way first); beyond: 503 too_many_connections

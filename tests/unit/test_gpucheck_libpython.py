@@ -170,7 +170,9 @@ def test_a_repacked_wheel_installs_with_the_same_files_and_hashes(tmp_path):
     assert (tmp_path / "site" / "demo" / "__init__.py").read_bytes() == payload
 
 
-def test_the_shared_launcher_runs_this_interpreter_on_its_shared_libpython(tmp_path):
+def test_the_shared_launcher_runs_an_environment_on_its_shared_libpython(tmp_path):
+    """Beside a virtual environment's interpreter, the launcher is that environment: its prefix, its packages and
+    what its .pth files do (the check hides packages with one), on the shared libpython."""
     import sysconfig
 
     from gpucheck import shared_launcher
@@ -178,13 +180,19 @@ def test_the_shared_launcher_runs_this_interpreter_on_its_shared_libpython(tmp_p
     version = "%d.%d" % sys.version_info[:2]
     if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
         pytest.fail("the development interpreter is expected to be built with --enable-shared (pyenv's default here)")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "carried_by_pth.py").write_text("VALUE = 7\n")
+    (venv / "lib" / f"python{version}" / "site-packages" / "extra.pth").write_text(str(tmp_path / "extra") + "\n")
     library = shared_launcher.shared_library(sysconfig.get_config_var("LIBDIR"), version)
-    launcher = shared_launcher.build(library, tmp_path)
-    env = shared_launcher.environment(sys.executable)
-    assert shared_launcher.runs_shared(launcher, env) == {"version": sys.version.split()[0], "shared": True}
-    done = subprocess.run([str(launcher), "-c", "import intern_decision_model.graphs, torch; print('ok')"],
-                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip() == "ok", done.stderr
+    launcher = shared_launcher.build(library, venv / "bin")
+    assert shared_launcher.runs_shared(launcher) == {"version": sys.version.split()[0], "prefix": str(venv),
+                                                      "shared": True}
+    done = subprocess.run([str(launcher), "-c", "import carried_by_pth; print(carried_by_pth.VALUE)"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "7", done.stderr
 
 
 def test_no_shared_libpython_is_named(tmp_path):

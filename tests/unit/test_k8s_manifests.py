@@ -308,6 +308,19 @@ def test_envoys_connections_and_requests_to_a_shim_are_capped_below_the_shims_ow
     assert 0 < breaker["maxPendingRequests"] <= 1024
 
 
+def test_the_gateway_bounds_each_client_at_the_balancers_rate(resources):
+    balancer = load_script("docker/multi_gpu.py")
+    per_second = balancer.PER_SOURCE_REQUESTS / int(balancer.RATE_PERIOD.removesuffix("s"))
+    limits = of_kind(resources, "BackendTrafficPolicy")["spec"]["rateLimit"]
+    assert limits["type"] == "Local"
+    sources = {}
+    for rule in limits["local"]["rules"]:
+        [selector] = rule["clientSelectors"]
+        sources[selector["sourceCIDR"]["value"]] = selector["sourceCIDR"]["type"]
+        assert rule["limit"] == {"requests": per_second, "unit": "Second"}
+    assert sources == {"0.0.0.0/0": "Distinct", "::/0": "Distinct"}  # every address its own bucket, IPv4 and IPv6
+
+
 def test_prometheus_scrapes_both_metrics_ports(resources, pod):
     ports = {port["name"] for container in pod["containers"] + pod["initContainers"] for port in container["ports"]}
     endpoints = of_kind(resources, "PodMonitor")["spec"]["podMetricsEndpoints"]

@@ -532,3 +532,17 @@ def test_the_metrics_read_the_rosters_open_and_busy_connections_and_the_limit():
     value = shim_metrics.registry.get_sample_value
     assert (value("intern_decision_shim_connections_open"), value("intern_decision_shim_connections_busy"),
             value("intern_decision_shim_connections_max")) == (3, 2, 4)
+
+
+def test_the_real_server_keys_an_ipv6_source_by_its_64():
+    """In a network namespace of its own, whose loopback holds documentation addresses (tests/unit/shim_ipv6.py): one
+    address holding its share of busy heads, another address of the same /64 is refused; one of another /64 served."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = subprocess.run(["unshare", "-rn", "sh", "-c", f"ip link set lo up && exec {sys.executable} -m "
+                            "tests.unit.shim_ipv6"], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                           text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout.splitlines()[-1]) == {"same_64": 503, "other_64": 200}

@@ -272,6 +272,34 @@ def test_the_servers_own_body_deadline_cuts_what_the_app_neither_reads_nor_answe
         thread.join(10)
 
 
+def test_a_connection_that_sends_nothing_is_closed_sooner_than_one_whose_head_trickles():
+    """A silent socket holds a connection for silent_seconds (the keep-alive's 5 s by default), not the head's 10."""
+    async def app(scope, receive, send):
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+
+    port = free_port()
+    limits = server.ConnectionLimits(header_seconds=2, silent_seconds=0.3)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+    instance = server.BoundedServer(config, limits)
+    thread = threading.Thread(target=instance.run, daemon=True)
+    thread.start()
+    while not instance.started:
+        time.sleep(0.02)
+    try:
+        with connect(("127.0.0.1", port)) as silent, connect(("127.0.0.1", port)) as talking:
+            talking.sendall(b"GET /x HTTP/1.1\r\n")
+            _, seconds = closed_within(silent, 3.0)
+            assert 0.25 <= seconds < 1.0
+            assert not closed_by_server(talking, 0.5)  # its head is within header_seconds
+            talking.sendall(b"Host: x\r\n\r\n")
+            assert read_response(talking).startswith(b"HTTP/1.1 200 ")
+    finally:
+        instance.should_exit = True
+        thread.join(10)
+
+
 def busy(address, count: int, source: str | None = None) -> list[socket.socket]:
     """`count` connections, each with a request begun and its headers not complete (busy until the header
     deadline); source: the client address to connect from."""
