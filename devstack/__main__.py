@@ -18,6 +18,7 @@ from devstack import triton
 from devstack.fixture import DEFAULT_ROOT, build_fixture
 from devstack.process import ServerExited, port_is_free
 from devstack.shim import ShimServer
+from shim.settings import ShimSettings, switch
 from wire import env as wire_env
 from wire import tracing
 
@@ -105,7 +106,7 @@ def up(args: argparse.Namespace) -> int:
 
 def playground_line(url: str) -> str:
     """Where the playground is, unless INTERN_DECISION_PLAYGROUND=0 turned it off."""
-    if os.environ.get("INTERN_DECISION_PLAYGROUND", "").strip() == "0":
+    if not switch(os.environ, "PLAYGROUND", ShimSettings.playground):
         return ""
     return f"playground: {url}/playground (open it in a browser; INTERN_DECISION_PLAYGROUND=0 turns it off)\n"
 
@@ -122,9 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("install-stub", help="put the python backend stub where the bundled tritonserver looks")
     serve = sub.add_parser("up", help="run the stack on the CPU with the fixture checkpoint")
-    serve.add_argument("--port", type=port_number, default=8080, help="the service's port (default 8080)")
-    serve.add_argument("--metrics-port", type=port_number, default=9464,
-                       help="the shim's Prometheus metrics (default 9464)")
+    serve.add_argument("--port", type=port_number, default=ShimSettings.port,
+                       help=f"the service's port (default {ShimSettings.port})")
+    serve.add_argument("--metrics-port", type=port_number, default=ShimSettings.metrics_port,
+                       help=f"the shim's Prometheus metrics (default {ShimSettings.metrics_port})")
     serve.add_argument("--triton-http-port", type=port_number, default=8000, help="default 8000")
     serve.add_argument("--triton-grpc-port", type=port_number, default=8001, help="default 8001")
     serve.add_argument("--triton-metrics-port", type=port_number, default=8002,

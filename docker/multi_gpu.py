@@ -21,15 +21,14 @@ from string import Template
 
 DOCKER = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCKER.parent))  # the shim's own settings, standard library only like this file
-from shim.settings import (DEFAULT_CALL_TIMEOUT_SECONDS, DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_BODY_BYTES,  # noqa: E402
-                           DEFAULT_MAX_DECISIONS)
+from shim.settings import ShimSettings  # noqa: E402
 TEMPLATE = DOCKER / "haproxy" / "haproxy.cfg.template"
 SHIM_PORT = 8080
 SHIM_METRICS_PORT = 9464
 TRITON_METRICS_PORT = 8002
-MAX_CALLS = DEFAULT_MAX_DECISIONS  # at most one call per ordering
-CALL_TIMEOUT_SECONDS = DEFAULT_CALL_TIMEOUT_SECONDS
-DRAIN_SECONDS = DEFAULT_DRAIN_SECONDS
+MAX_CALLS = ShimSettings.max_decisions  # at most one call per ordering
+CALL_TIMEOUT_SECONDS = ShimSettings.call_timeout_seconds
+DRAIN_SECONDS = ShimSettings.drain_seconds
 # The liveness ping's margin over one call: the ping's own empty execute and the model's metric update (queued).
 PING_MARGIN_SECONDS = 5
 CHECK_MARGIN_SECONDS = 15  # healthcheck.py triton around its ping (liveness_check_timeout_seconds)
@@ -52,7 +51,7 @@ PER_SOURCE_POSTS = 8
 # still answers a full replica), and how long a request may wait here for one when every shim is at it.
 SERVER_MAXCONN = 64
 TIMEOUT_QUEUE = "5s"
-MAX_BODY_BYTES = DEFAULT_MAX_BODY_BYTES  # a declared Content-Length above it is refused here
+MAX_BODY_BYTES = ShimSettings.max_body_bytes  # a declared Content-Length above it is refused here
 # HAProxy's HTTP log with the path alone (%HP) where `option httplog` logs the whole request line (%r): a query
 # string, a token pasted into a URL among others, never reaches the log.
 LOG_FORMAT = ("%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq "

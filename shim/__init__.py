@@ -34,7 +34,8 @@ client_gone
             a request whose client went away is not scored (the watched channel, ClientGone), 499
 context     the request's id and usage, in ContextVars the middleware, the logs and the services share
 settings    configuration from INTERN_DECISION_* (validated, fail closed)
-metrics     the Prometheus series, served on a port of their own                                    (I/O)
+metrics     the Prometheus series, on a registry of their own                                      (pure)
+metrics_server  the metrics' own HTTP server on a port of their own, each connection bounded        (I/O)
 logs        JSON log lines, the request id on every one, the trace id while tracing is on              (pure)
 tracing     OpenTelemetry's tracer: the spans exported over OTLP/HTTP when OTLP_ENDPOINT is set, else none
 openapi.json  the surface's OpenAPI document, served at /openapi.json

@@ -13,15 +13,15 @@ import logging.config
 import os
 import sys
 
-from . import logs, metrics, server, tracing
+from . import logs, metrics, metrics_server, server, tracing
 from .app import build_service
 from .settings import ShimSettings
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shim")
-    parser.add_argument("--host", help="default: INTERN_DECISION_HOST, else 127.0.0.1")
-    parser.add_argument("--port", help="default: INTERN_DECISION_PORT, else 8080")
+    parser.add_argument("--host", help=f"default: INTERN_DECISION_HOST, else {ShimSettings.host}")
+    parser.add_argument("--port", help=f"default: INTERN_DECISION_PORT, else {ShimSettings.port}")
     args = parser.parse_args(argv)
     try:
         settings = ShimSettings.from_env(os.environ, host=args.host, port=args.port)
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if metrics_address is not None:
         host, metrics_port = metrics_address
         try:
-            metrics.serve(shim_metrics.registry, host, metrics_port)
+            metrics_server.serve(shim_metrics.registry, host, metrics_port)
         except OSError as exc:
             print(f"refusing to start: the metrics port {host}:{metrics_port} cannot be bound "
                   f"(INTERN_DECISION_METRICS_PORT): {exc.strerror or exc}", file=sys.stderr)

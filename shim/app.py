@@ -35,7 +35,7 @@ from .edge.request_id import RequestId
 from .edge.tokens import AcceptedTokens
 from .edge.trace import TraceRequest
 from .errors.handlers import EXCEPTION_HANDLERS
-from .health import HealthCheck, health_route
+from .health import HEALTH_PATH, HealthCheck, health_route
 from .metrics import ShimMetrics
 from .playground.routes import playground_routes
 from .port.calls import CallRunner
@@ -43,6 +43,7 @@ from .port.model import Model
 from .port.triton import TritonModel
 from .port.watch import ModelWatch
 from .semif.routes import semif_routes
+from .server.limits import ConnectionLimits
 from .semif.service import DecisionService
 from .settings import ShimSettings
 from .systemone.conventions import SystemOneConventions
@@ -112,13 +113,14 @@ def lifespan_of(watch: ModelWatch, health_check: HealthCheck, mcp):
 
 
 class Service(NamedTuple):
-    """The app and what the server (shim/server/) and the tests reach besides it: the settings (the connections'
-    limits among them), the drain it begins on SIGTERM, the model's watch."""
+    """The app and what the server (shim/server/) and the tests reach besides it: the settings, the connections'
+    limits (the health check's path among them), the drain it begins on SIGTERM, the model's watch."""
 
     app: Starlette
     settings: ShimSettings
     drain: Drain
     watch: ModelWatch
+    limits: ConnectionLimits
 
 
 def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain) -> list[Middleware]:
@@ -184,7 +186,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
         lifespan=lifespan_of(watch, health_check, mcp),
     )
     app.router.redirect_slashes = False  # /decide/ is 404 not_found, never a redirect
-    return Service(app, settings, drain, watch)
+    return Service(app, settings, drain, watch, ConnectionLimits.of(settings, HEALTH_PATH))
 
 
 MCP_PATH = "/mcp"

@@ -9,7 +9,7 @@ garbage collector held off, which would otherwise walk the half-built value agai
 the GIL a few times to answer one request. A worker that went from one parse to the next would take it back each
 time the loop let it go, so the worker rests after each parse for as long as the parse took: the loop waits for at
 most one parse, and then runs freely for as long. Both surfaces' routes and the MCP tools
-(shim/systemone/mcp.py) read their bodies here, and a large System One body is read into its request here too.
+(shim/systemone/mcp_body.py) read their bodies here, and a large System One body is read into its request here too.
 """
 from __future__ import annotations
 

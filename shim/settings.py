@@ -13,16 +13,6 @@ from wire.tracing import otlp_endpoint
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+")
 MIN_TOKEN_LENGTH = 32
-# The date the contract pinned the model's revision: /v1/models' release_date unless MODEL_RELEASE_DATE says otherwise.
-DEFAULT_RELEASE_DATE = "2026-09-30"
-# Defaults that the deployment's renderer (docker/multi_gpu.py) sizes the balancer and the grace periods by.
-DEFAULT_MAX_DECISIONS = 64
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-DEFAULT_CALL_TIMEOUT_SECONDS = 120.0
-DEFAULT_DRAIN_SECONDS = 5.0
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
-DEFAULT_METRICS_PORT = 9464
 # A host that listens on every address, and the loopback its metrics default to.
 _EVERY_ADDRESS = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1", "[::]": "::1"}
 _MODEL_NAME = re.compile(r"[\x21-\x7e]{1,128}")
@@ -30,20 +20,23 @@ _MODEL_NAME = re.compile(r"[\x21-\x7e]{1,128}")
 
 @dataclass(frozen=True)
 class ShimSettings:
+    """Each default is written once, in its field; from_env reads the variables and falls back on the fields."""
+
     api_token: str
-    max_decisions: int
-    max_body_bytes: int
-    max_queue: int
-    triton_url: str
-    metrics_url: str
-    model_name: str
-    call_timeout_seconds: float
-    health_timeout_seconds: float
     triton_api_key: str
-    probe_seconds: float
+    # docker/multi_gpu.py sizes the balancer and the grace periods by these defaults.
+    max_decisions: int = 64
+    max_body_bytes: int = 1024 * 1024
+    max_queue: int = 32
+    triton_url: str = "127.0.0.1:8000"
+    metrics_url: str = "http://127.0.0.1:8002/metrics"
+    model_name: str = "intern_decision"
+    call_timeout_seconds: float = 120.0
+    health_timeout_seconds: float = 2.0
+    probe_seconds: float = 5.0
     body_timeout_seconds: float = 5.0
     api_token_next: str | None = None
-    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    drain_seconds: float = 5.0
     # The connection's bounds (shim/server/): the request line and headers must arrive within
     # header_timeout_seconds of the connection's opening or the request's first byte; at most max_connections open.
     header_timeout_seconds: float = 10.0
@@ -54,7 +47,8 @@ class ShimSettings:
     balancer_addresses: tuple[str, ...] = ()
     # The System One surface (shim/systemone/).
     extra_model_names: tuple[str, ...] = ()
-    model_release_date: str = DEFAULT_RELEASE_DATE
+    # The date the contract pinned the model's revision: /v1/models' release_date.
+    model_release_date: str = "2026-09-30"
     max_batch_items: int = 32
     # A body's gzip or zstd may decode to at most this many bytes per byte sent (shim/edge/encoding.py).
     max_decode_ratio: int = 200
@@ -63,13 +57,13 @@ class ShimSettings:
     mcp: bool = True
     # The playground, a page for people at /playground (shim/playground/).
     playground: bool = True
-    # Where python -m shim listens, and its metrics (shim/metrics.py): metrics_host "" is the shim's host, or the
+    # Where python -m shim listens, and its metrics (shim/metrics_server.py): metrics_host "" is the shim's host, or the
     # loopback where the shim listens on every address (the metrics are published only when named); metrics_port 0
     # serves no metrics.
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
+    host: str = "127.0.0.1"
+    port: int = 8080
     metrics_host: str = ""
-    metrics_port: int = DEFAULT_METRICS_PORT
+    metrics_port: int = 9464
     # Where the request's spans go over OTLP/HTTP (shim/tracing.py); None: tracing off, nothing recorded or sent.
     otlp_endpoint: str | None = None
 
@@ -86,7 +80,7 @@ class ShimSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str], host: str | None = None, port: str | None = None) -> "ShimSettings":
         """host, port: the command line's --host and --port, when given, in place of HOST and PORT."""
-        listen = listen_port(env, "PORT", DEFAULT_PORT, given=port)
+        listen = listen_port(env, "PORT", cls.port, given=port)
         token = _secret(env, "API_TOKEN")
         triton_api_key = _secret(env, "TRITON_API_KEY")
         if triton_api_key == token:  # the key sits on tritonserver's command line; the token must never
@@ -95,55 +89,55 @@ class ShimSettings:
         if token_next is not None and token_next in (token, triton_api_key):
             raise ValueError(f"{PREFIX}API_TOKEN_NEXT must differ from {PREFIX}API_TOKEN and "
                              f"{PREFIX}TRITON_API_KEY")
-        triton_url = get(env, "TRITON_URL") or "127.0.0.1:8000"
+        triton_url = get(env, "TRITON_URL") or cls.triton_url
         if not _HOST_PORT.fullmatch(triton_url) or port_number(triton_url.rpartition(":")[2]) is None:
             raise ValueError(f"{PREFIX}TRITON_URL must be host:port without a scheme, got {triton_url!r}")
-        metrics_url = get(env, "TRITON_METRICS_URL") or "http://127.0.0.1:8002/metrics"
+        metrics_url = get(env, "TRITON_METRICS_URL") or cls.metrics_url
         if not re.fullmatch(r"https?://\S+", metrics_url):
             raise ValueError(f"{PREFIX}TRITON_METRICS_URL must be an http(s) URL, got {metrics_url!r}")
-        model_name = get(env, "MODEL_NAME") or "intern_decision"
+        model_name = get(env, "MODEL_NAME") or cls.model_name
         if not re.fullmatch(r"[A-Za-z0-9_\-.]+", model_name):
             raise ValueError(f"{PREFIX}MODEL_NAME must be a Triton model name, got {model_name!r}")
-        max_queue = integer(env, "MAX_QUEUE", 32)
-        max_connections = integer(env, "MAX_CONNECTIONS", 256)
+        max_queue = integer(env, "MAX_QUEUE", cls.max_queue)
+        max_connections = integer(env, "MAX_CONNECTIONS", cls.max_connections)
         if max_connections <= max_queue:  # a full queue must leave room for /health and the refusals
             raise ValueError(f"{PREFIX}MAX_CONNECTIONS must be above {PREFIX}MAX_QUEUE ({max_queue}), "
                              f"got {max_connections}")
         return cls(
             api_token=token,
             api_token_next=token_next,
-            max_decisions=integer(env, "MAX_DECISIONS", DEFAULT_MAX_DECISIONS),
-            max_body_bytes=integer(env, "MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
+            max_decisions=integer(env, "MAX_DECISIONS", cls.max_decisions),
+            max_body_bytes=integer(env, "MAX_BODY_BYTES", cls.max_body_bytes),
             max_queue=max_queue,
             triton_url=triton_url,
             metrics_url=metrics_url,
             model_name=model_name,
-            call_timeout_seconds=_seconds(env, "CALL_TIMEOUT_SECONDS", DEFAULT_CALL_TIMEOUT_SECONDS),
-            health_timeout_seconds=_seconds(env, "HEALTH_TIMEOUT_SECONDS", 2.0),
-            body_timeout_seconds=_seconds(env, "BODY_TIMEOUT_SECONDS", 5.0),
+            call_timeout_seconds=_seconds(env, "CALL_TIMEOUT_SECONDS", cls.call_timeout_seconds),
+            health_timeout_seconds=_seconds(env, "HEALTH_TIMEOUT_SECONDS", cls.health_timeout_seconds),
+            body_timeout_seconds=_seconds(env, "BODY_TIMEOUT_SECONDS", cls.body_timeout_seconds),
             triton_api_key=triton_api_key,
-            probe_seconds=_seconds(env, "PROBE_SECONDS", 5.0),
-            drain_seconds=_seconds(env, "DRAIN_SECONDS", DEFAULT_DRAIN_SECONDS),
-            header_timeout_seconds=_seconds(env, "HEADER_TIMEOUT_SECONDS", 10.0),
+            probe_seconds=_seconds(env, "PROBE_SECONDS", cls.probe_seconds),
+            drain_seconds=_seconds(env, "DRAIN_SECONDS", cls.drain_seconds),
+            header_timeout_seconds=_seconds(env, "HEADER_TIMEOUT_SECONDS", cls.header_timeout_seconds),
             max_connections=max_connections,
-            max_connections_per_peer=integer(env, "MAX_CONNECTIONS_PER_PEER", 64, minimum=0),
+            max_connections_per_peer=integer(env, "MAX_CONNECTIONS_PER_PEER", cls.max_connections_per_peer, minimum=0),
             balancer_addresses=_networks(env, "BALANCER_ADDRESSES"),
             extra_model_names=_model_names(env, "EXTRA_MODEL_NAMES"),
-            model_release_date=_date(env, "MODEL_RELEASE_DATE", DEFAULT_RELEASE_DATE),
-            max_batch_items=integer(env, "MAX_BATCH_ITEMS", 32),
-            max_decode_ratio=integer(env, "MAX_DECODE_RATIO", 200),
-            mcp=_switch(env, "MCP", True),
-            playground=_switch(env, "PLAYGROUND", True),
-            host=(get(env, "HOST") or DEFAULT_HOST) if host is None else host,
+            model_release_date=_date(env, "MODEL_RELEASE_DATE", cls.model_release_date),
+            max_batch_items=integer(env, "MAX_BATCH_ITEMS", cls.max_batch_items),
+            max_decode_ratio=integer(env, "MAX_DECODE_RATIO", cls.max_decode_ratio),
+            mcp=switch(env, "MCP", cls.mcp),
+            playground=switch(env, "PLAYGROUND", cls.playground),
+            host=(get(env, "HOST") or cls.host) if host is None else host,
             port=listen,
             metrics_host=get(env, "METRICS_HOST"),
-            metrics_port=_metrics_port(env, listen),
+            metrics_port=_metrics_port(env, listen, cls.metrics_port),
             otlp_endpoint=otlp_endpoint(env),
         )
 
 
-def _metrics_port(env: Mapping[str, str], listen: int) -> int:
-    port = listen_port(env, "METRICS_PORT", DEFAULT_METRICS_PORT, zero_means="no metrics")
+def _metrics_port(env: Mapping[str, str], listen: int, default: int) -> int:
+    port = listen_port(env, "METRICS_PORT", default, zero_means="no metrics")
     if port == listen:
         raise ValueError(f"{PREFIX}METRICS_PORT must differ from the shim's port {listen}")
     return port
@@ -165,7 +159,8 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return default if value is None else value
 
 
-def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """A switch: 1 on, 0 off, unset the default (the dev stack reads PLAYGROUND by this rule too)."""
     raw = get(env, name)
     if raw == "":
         return default

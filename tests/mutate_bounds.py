@@ -50,7 +50,7 @@ MUTATIONS = (
     Mutation("a source is an IPv6 /64", "shim/server/roster.py",
              "return str(ipaddress.IPv6Network((address, 64), strict=False))", "return str(address)",
              "tests/unit/test_shim_connections.py", "ipv6"),
-    Mutation("2 metrics connections per address", "shim/metrics.py",
+    Mutation("2 metrics connections per address", "shim/metrics_server.py",
              "if held >= self._max_per_peer:", "if False:",
              "tests/unit/test_shim_connections.py", "share_of_the_metrics"),
     Mutation("the parser's 400 in the envelope", "shim/server/bounded_connection.py",
@@ -70,7 +70,7 @@ MUTATIONS = (
              "request = await read_body(large, parse_request, body, self._settings.max_decisions)",
              "request = parse_request(body, self._settings.max_decisions)",
              "tests/unit/test_body_off_loop.py", "structured"),
-    Mutation("MCP's check charges a float by its digits", "shim/systemone/mcp.py",
+    Mutation("MCP's check charges a float by its digits", "shim/systemone/mcp_body.py",
              "budget -= len(repr(current))", "budget -= 1",
              "tests/unit/test_body_off_loop.py", "mcp"),
 )

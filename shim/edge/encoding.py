@@ -23,6 +23,8 @@ if sys.version_info >= (3, 14):
 else:
     from backports.zstd import ZstdDecompressor, ZstdError
 
+from ..settings import ShimSettings
+
 IDENTITY = "identity"
 ENCODINGS = ("gzip", "zstd")
 IN_SLICE = 64 * 1024  # bytes of the body given to a decompressor at once
@@ -31,7 +33,6 @@ MAX_MEMBERS = 64  # gzip members or zstd frames in one body
 # Decoded bytes a body may always reach, whatever it was sent as: the most the event loop parses itself
 # (shim/json_body.py ON_LOOP_BYTES), so that no body of a few bytes sent costs the loop more than that parse.
 RATIO_FLOOR = 8 * 1024
-DEFAULT_MAX_RATIO = 200  # decoded bytes per byte sent (MAX_DECODE_RATIO)
 _MEMBER_WORD = {"gzip": "members", "zstd": "frames"}
 
 
@@ -90,7 +91,7 @@ class BodyDecoder:
     `max_ratio` times the bytes fed. Identity passes the chunks on."""
 
     def __init__(self, encoding: str, limit: int, max_members: int = MAX_MEMBERS,
-                 max_ratio: int = DEFAULT_MAX_RATIO):
+                 max_ratio: int = ShimSettings.max_decode_ratio):
         self._encoding = encoding
         self._limit = limit
         self._max_ratio = max_ratio

@@ -13,7 +13,6 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ..health import HEALTH_PATH
 from . import early_answers
 from .limits import LINGER_SECONDS, MAX_BODY_CHUNKS, MAX_HEADER_BYTES, MAX_HEADERS, ConnectionLimits
 from .roster import Roster
@@ -271,7 +270,9 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def _is_health_check(self) -> bool:
-        return self.parser.get_method() == b"GET" and httptools.parse_url(self.url).path == HEALTH_PATH.encode()
+        path = self._limits.health_path
+        return path is not None and self.parser.get_method() == b"GET" \
+            and httptools.parse_url(self.url).path == path.encode()
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:

@@ -22,23 +22,29 @@ LINGER_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    header_seconds: float = 10.0  # from a connection's opening, or a request's first byte, to the end of its headers
-    # from a connection's opening to its first byte: one that has sent nothing is closed as soon as a kept-alive one
-    # that has sent nothing more would be
+    # From a connection's opening, or a request's first byte, to the end of its headers.
+    header_seconds: float = ShimSettings.header_timeout_seconds
+    # From a connection's opening to its first byte: one that has sent nothing is closed as soon as a kept-alive one
+    # that has sent nothing more would be.
     silent_seconds: float = KEEP_ALIVE_SECONDS
-    body_seconds: float = 5.0 + BODY_GRACE_SECONDS  # from the end of a request's headers to the end of its body
+    # From the end of a request's headers to the end of its body.
+    body_seconds: float = ShimSettings.body_timeout_seconds + BODY_GRACE_SECONDS
     max_connections: int | None = None  # open at once (idle ones give way first); beyond: 503 too_many_connections
     max_per_peer: int | None = None  # open from one client address; beyond: the same
     balancer_addresses: tuple[str, ...] = ()  # addresses or networks exempt from max_per_peer
     max_pipelined: int = MAX_PIPELINED_REQUESTS
+    # The app's health check: a GET of it refused for too many connections is still answered, then closed (None:
+    # none is). The app names it; the server knows no route.
+    health_path: str | None = None
 
     @classmethod
-    def of(cls, settings: ShimSettings) -> "ConnectionLimits":
+    def of(cls, settings: ShimSettings, health_path: str | None = None) -> "ConnectionLimits":
         return cls(header_seconds=settings.header_timeout_seconds,
                    body_seconds=settings.body_timeout_seconds + BODY_GRACE_SECONDS,
                    max_connections=settings.max_connections,
                    max_per_peer=settings.max_connections_per_peer or None,
-                   balancer_addresses=settings.balancer_addresses)
+                   balancer_addresses=settings.balancer_addresses,
+                   health_path=health_path)
 
     def roster(self) -> Roster:
         """A new, empty roster with these bounds: a server holds one, shared by all its connections."""

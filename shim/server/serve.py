@@ -1,16 +1,29 @@
 """How python -m shim runs a Service: uvicorn with httptools, one worker, its own access log off."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import uvicorn
 
+from ..drain import Drain
 from .bounded_server import DrainingServer
 from .limits import KEEP_ALIVE_SECONDS, ConnectionLimits
 
 if TYPE_CHECKING:
-    from ..app import Service
     from ..metrics import ShimMetrics
+
+
+class Served(Protocol):
+    """What the server needs of the app's side (shim.app.Service is one): the app, its drain, the limits."""
+
+    @property
+    def app(self) -> Any: ...
+
+    @property
+    def drain(self) -> Drain: ...
+
+    @property
+    def limits(self) -> ConnectionLimits: ...
 
 
 def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uvicorn.Config:
@@ -22,11 +35,11 @@ def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uv
                           timeout_keep_alive=KEEP_ALIVE_SECONDS, access_log=False, **logging)
 
 
-def run(service: Service, host: str, port: int, log_config: dict | None = None,
+def run(service: Served, host: str, port: int, log_config: dict | None = None,
         metrics: ShimMetrics | None = None) -> None:
-    """The service's app under uvicorn, its connections bounded by its settings (and counted in `metrics`), its
+    """The service's app under uvicorn, its connections bounded by its limits (and counted in `metrics`), its
     drain begun on SIGTERM."""
-    limits = ConnectionLimits.of(service.settings)
+    limits = service.limits
     server = DrainingServer(config(service.app, host, port, log_config), service.drain, limits)
     if metrics is not None:
         metrics.watch_connections(server.roster, limits.max_connections)

@@ -8,4 +8,6 @@ service   a request's calls planned, run under the lock, and answered; the batch
 routes    the Starlette handlers
 conventions  TypeSafe's request id header on those paths (their errors' shape: shim/errors/envelope.py)
 mcp       the same operations as MCP tools at /mcp
+mcp_body  an MCP request's body read once, strictly, and replayed to the SDK
+mcp_schemas  OpenAPI components as the tools' self-contained JSON Schemas
 """

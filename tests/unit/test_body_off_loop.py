@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from shim.systemone import mcp, request as systemone_request
+from shim.systemone import mcp_body, request as systemone_request
 
 from .fake_model import FakeModel
 from .shim_helpers import AUTH, client_for, make_settings
@@ -68,19 +68,19 @@ async def test_the_triton_request_is_built_off_the_loop_and_costs_the_loop_littl
 def test_mcp_charges_a_float_by_its_digits():
     """8,000 floats passed as 8 KiB when a float counted one byte (28 ms of serializing before the 413)."""
     floats = [0.123456789] * 1000  # 11 digits and ", " each: 13 KB serialized
-    assert len(json.dumps(floats)) > mcp.SDK_MESSAGE_BYTES
-    assert not mcp._small(floats)
-    assert mcp._small([0.5] * 1000) and len(json.dumps([0.5] * 1000)) <= mcp.SDK_MESSAGE_BYTES
+    assert len(json.dumps(floats)) > mcp_body.SDK_MESSAGE_BYTES
+    assert not mcp_body.small(floats)
+    assert mcp_body.small([0.5] * 1000) and len(json.dumps([0.5] * 1000)) <= mcp_body.SDK_MESSAGE_BYTES
     message = {"jsonrpc": "2.0", "id": 1, "method": "x", "params": {"a": [1.5, None, True, "é" * 10]}}
-    assert mcp._small(message)
+    assert mcp_body.small(message)
 
 
 @pytest.mark.parametrize("value", [
     [0.123456789] * 700, {f"k{n}": None for n in range(900)}, [[]] * 2100, ["x" * 60] * 130, [10 ** 18] * 500,
 ])
 def test_mcp_never_passes_a_value_that_serializes_past_the_bound(value):
-    assert len(json.dumps(value, ensure_ascii=False).encode()) > mcp.SDK_MESSAGE_BYTES
-    assert not mcp._small(value)
+    assert len(json.dumps(value, ensure_ascii=False).encode()) > mcp_body.SDK_MESSAGE_BYTES
+    assert not mcp_body.small(value)
 
 
 def test_the_state_travels_once_when_the_calls_share_it_and_inline_otherwise():

@@ -1,6 +1,6 @@
 """The docs a newcomer reads hold what the code does: every link resolves, every setting the code reads is in
-docs/configuration.md (and every one listed there is read), and the numbered differences from semif-serve run 1..N
-without a gap. The errors tables are held to the error registry by tests/unit/test_error_codes.py."""
+docs/configuration.md (and every one listed there is read), every route is in a surface's route table, and the
+differences from semif-serve run 1..N. The errors tables are held to the error registry by test_error_codes.py."""
 from __future__ import annotations
 
 import re
@@ -60,6 +60,26 @@ def test_every_setting_the_code_reads_is_documented_and_every_documented_one_is_
     assert documented - read - READ_ELSEWHERE == set(), "settings in docs/configuration.md that nothing reads"
     elsewhere = page_text(ROOT / "docker" / "healthcheck.py")
     assert [name for name in READ_ELSEWHERE if f'(env, "{name}"' not in elsewhere] == []
+
+
+ROUTE_ROW = re.compile(r"^\| (GET|POST) \| `(/[^`]*)` \|", re.M)
+
+
+def test_every_route_the_app_serves_is_in_a_surfaces_route_table_and_no_other():
+    from starlette.routing import Route
+
+    from shim.app import create_app
+    from shim.settings import ShimSettings
+
+    from .fake_model import FakeModel
+
+    app = create_app(ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": "t" * 32,
+                                           "INTERN_DECISION_TRITON_API_KEY": "k" * 32}), FakeModel())
+    served = {(method, route.path) for route in app.routes if isinstance(route, Route)
+              for method in route.methods if method != "HEAD"}
+    tables = {row for page in ("semif.md", "systemone.md") for row in ROUTE_ROW.findall(page_text(DOCS / page))}
+    assert ("POST", "/decide") in tables and ("GET", "/v1/models") in tables  # the rows are read
+    assert (sorted(served - tables), sorted(tables - served)) == ([], []), "(served, not in a table; in one, not served)"
 
 
 def test_the_differences_are_numbered_without_a_gap():

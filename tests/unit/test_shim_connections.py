@@ -15,6 +15,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from shim import metrics, server
+from shim import metrics_server as metrics_http
 from shim.server.roster import Roster, ConnectionAdmission, address_matcher
 from shim.settings import ShimSettings
 
@@ -424,7 +425,7 @@ def test_headers_over_the_limit_behind_a_request_in_progress_wait_for_its_answer
 
 @pytest.fixture()
 def metrics_server():
-    served = metrics.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=0.5, max_connections=2)
+    served = metrics_http.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=0.5, max_connections=2)
     try:
         yield served.server_address[:2]
     finally:
@@ -491,11 +492,11 @@ def test_the_metrics_server_answers_503_beyond_its_connections_at_once(metrics_s
 def test_one_address_holds_at_most_its_share_of_the_metrics_connections():
     """Eight silent sockets from one address held every scrape for 10 s; now that address holds two, and a scrape from
     another address is served meanwhile."""
-    served = metrics.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=5, max_connections=4)
+    served = metrics_http.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=5, max_connections=4)
     address = served.server_address[:2]
     held = [socket.create_connection(address, timeout=10, source_address=("127.0.0.1", 0)) for _ in range(8)]
     try:
-        refused = [closed_within(sock, 10) for sock in held[metrics.MAX_PER_PEER:]]
+        refused = [closed_within(sock, 10) for sock in held[metrics_http.MAX_PER_PEER:]]
         assert all(answer.startswith(b"HTTP/1.0 503 ") for answer in refused)
         started = time.monotonic()
         with socket.create_connection(address, timeout=10, source_address=("127.0.0.2", 0)) as sock:
@@ -510,12 +511,13 @@ def test_one_address_holds_at_most_its_share_of_the_metrics_connections():
 
 
 def test_a_metrics_connection_that_sends_nothing_is_closed_at_the_first_byte_deadline():
-    served = metrics.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=9)
+    served = metrics_http.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=9)
     try:
         with socket.create_connection(served.server_address[:2], timeout=10) as sock:
             started = time.monotonic()
             assert closed_within(sock, 10) == b""
-            assert metrics.FIRST_BYTE_SECONDS - 0.1 < time.monotonic() - started < metrics.FIRST_BYTE_SECONDS + 1
+            first_byte = metrics_http.FIRST_BYTE_SECONDS
+            assert first_byte - 0.1 < time.monotonic() - started < first_byte + 1
     finally:
         served.shutdown()
         served.server_close()

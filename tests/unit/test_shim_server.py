@@ -18,7 +18,7 @@ from backports import zstd
 
 from devstack.process import free_port
 from shim import server
-from shim.app import create_app
+from shim.app import build_service
 from shim.settings import ShimSettings
 from tests.raw_http import (closed_by_server, pipelined, read_response, read_until_closed_or, serves_health,
                              status_lines)
@@ -34,9 +34,10 @@ def serving(**env: str):
     port = free_port()
     settings = ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
                                       **{f"INTERN_DECISION_{name}": value for name, value in env.items()}})
-    config = server.config(create_app(settings, FakeModel()), "127.0.0.1", port)
+    service = build_service(settings, FakeModel())
+    config = server.config(service.app, "127.0.0.1", port)
     assert config.access_log is False and config.timeout_keep_alive == server.KEEP_ALIVE_SECONDS
-    instance = server.BoundedServer(config, server.ConnectionLimits.of(settings))
+    instance = server.BoundedServer(config, service.limits)
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -174,3 +174,25 @@ def test_tracing_is_off_unless_an_otlp_endpoint_is_set():
 def test_a_bad_otlp_endpoint_is_refused_by_name(endpoint):
     with pytest.raises(ValueError, match="INTERN_DECISION_OTLP_ENDPOINT"):
         ShimSettings.from_env({**SECRETS, "INTERN_DECISION_OTLP_ENDPOINT": endpoint})
+
+
+def test_every_default_is_its_fields_and_written_there_alone():
+    """from_env falls back on the fields' defaults: unset, every value is the field's, and from_env writes no number
+    or text of its own (the server's and the edge's limits take theirs from the fields too)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from shim.edge.encoding import BodyDecoder
+    from shim.server import ConnectionLimits
+
+    assert ShimSettings.from_env(SECRETS) == ShimSettings(api_token=TOKEN, triton_api_key=KEY)
+    source = ast.parse(textwrap.dedent(inspect.getsource(ShimSettings.from_env)))
+    body = source.body[0].body[1:]  # past the docstring
+    nodes = [node for statement in body for node in ast.walk(statement)]
+    rules = {id(node.value) for node in nodes if isinstance(node, ast.keyword)}  # minimum=0, a rule
+    rules |= {id(node.slice) for node in nodes if isinstance(node, ast.Subscript)}  # an index
+    assert [node.value for node in nodes if isinstance(node, ast.Constant) and id(node) not in rules
+            and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)] == []
+    assert ConnectionLimits().header_seconds == ShimSettings.header_timeout_seconds
+    assert inspect.signature(BodyDecoder).parameters["max_ratio"].default == ShimSettings.max_decode_ratio

@@ -573,7 +573,7 @@ def sdk_parses(monkeypatch) -> list[int]:
 
 async def test_a_large_tool_call_is_parsed_once_and_the_sdk_parses_only_the_message_around_it(client, model,
                                                                                                 sdk_parses):
-    from shim.systemone.mcp import SDK_MESSAGE_BYTES
+    from shim.systemone.mcp_body import SDK_MESSAGE_BYTES
 
     text = tool_call_text(nested_groups(1_000_000))
     called = await client.post("/mcp", content=text, headers={**MCP_HEADERS, "Content-Type": "application/json"})
@@ -618,7 +618,7 @@ async def test_a_large_mcp_body_that_is_not_strict_is_refused_before_the_sdk_rea
 
 
 async def test_an_mcp_message_large_besides_a_tools_arguments_is_413(client, model, sdk_parses):
-    from shim.systemone.mcp import SDK_MESSAGE_BYTES
+    from shim.systemone.mcp_body import SDK_MESSAGE_BYTES
 
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {"x": "y" * SDK_MESSAGE_BYTES}}}
     refused = await client.post("/mcp", json=message, headers=MCP_HEADERS)

@@ -1,0 +1,163 @@
+"""The metrics' own HTTP server: prometheus-client's WSGI app on wsgiref, a thread per connection, every connection
+bounded in time and number, per address too (docs/operations.md, "Reliability and limits")."""
+from __future__ import annotations
+
+import io
+import socket
+import sys
+import threading
+import time
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+# The metrics server's bounds: a connection's whole exchange (request in, answer out) within DEADLINE_SECONDS, its
+# first byte within FIRST_BYTE_SECONDS, and at most MAX_CONNECTIONS handled at once (one thread each), MAX_PER_PEER of
+# them from one address; one more is answered 503 at once and closed. A scrape takes milliseconds and Prometheus sends
+# its request at once; it waits 10 s at most (its default scrape_timeout).
+DEADLINE_SECONDS = 10.0
+FIRST_BYTE_SECONDS = 2.0
+MAX_CONNECTIONS = 8
+MAX_PER_PEER = 2
+_BUSY_ANSWER = (b"HTTP/1.0 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n"
+                b"connection: close\r\n\r\nbusy\n")
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads, each allowed only what is left of the connection's deadline; the first, only what is left of
+    `first` (a connection that sends nothing is closed sooner)."""
+
+    def __init__(self, sock: socket.socket, deadline: float, first: float):
+        self._sock = sock
+        self._whole = deadline
+        self._deadline = min(first, deadline)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self._sock.settimeout(_left(self._deadline))
+        read = self._sock.recv_into(buffer)
+        self._deadline = self._whole  # past the first byte, the whole exchange's deadline
+        return read
+
+
+class _DeadlineWriter(io.RawIOBase):
+    def __init__(self, sock: socket.socket, deadline: float):
+        self._sock = sock
+        self._deadline = deadline
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._sock.settimeout(_left(self._deadline))
+        try:
+            self._sock.sendall(data)
+        except TimeoutError:  # the reader is too slow: the same as gone (wsgiref drops the connection quietly)
+            raise ConnectionAbortedError("the metrics connection's deadline passed") from None
+        return len(data)
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ConnectionAbortedError("the metrics connection's deadline passed")
+    return left
+
+
+class _Handler(WSGIRequestHandler):
+    server: "BoundedMetricsServer"
+
+    def setup(self) -> None:
+        self.connection = self.request
+        now = time.monotonic()
+        deadline = now + self.server.deadline_seconds
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline, now + FIRST_BYTE_SECONDS))
+        self.wfile = _DeadlineWriter(self.connection, deadline)
+
+    def log_message(self, format, *args) -> None:  # no access log: Prometheus scrapes every few seconds
+        pass
+
+
+class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
+    """prometheus-client's WSGI app behind wsgiref's server, bounded: DEADLINE_SECONDS per connection, from its
+    accept to its answer's last byte (a half-sent request, or an answer read slowly, holds a thread no longer),
+    FIRST_BYTE_SECONDS to its first byte, and MAX_CONNECTIONS handled at once, max_per_peer of them from one address
+    (a few silent sockets from one place never hold every scrape)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, deadline_seconds: float,
+                 max_connections: int, max_per_peer: int = MAX_PER_PEER):
+        self.address_family = family
+        self.deadline_seconds = deadline_seconds
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._max_per_peer = max_per_peer
+        self._per_peer: dict[str, int] = {}
+        self._peers_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def _take_peer_slot(self, peer: str) -> bool:
+        with self._peers_lock:
+            held = self._per_peer.get(peer, 0)
+            if held >= self._max_per_peer:
+                return False
+            self._per_peer[peer] = held + 1
+            return True
+
+    def _free_peer_slot(self, peer: str) -> None:
+        with self._peers_lock:
+            left = self._per_peer[peer] - 1
+            if left:
+                self._per_peer[peer] = left
+            else:
+                del self._per_peer[peer]
+
+    def process_request(self, request, client_address) -> None:
+        peer = str(client_address[0])
+        if not self._take_peer_slot(peer):
+            self._refuse(request)
+            return
+        if not self._slots.acquire(blocking=False):
+            self._free_peer_slot(peer)
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            self._free_peer_slot(peer)
+            raise
+
+    def _refuse(self, request) -> None:
+        try:
+            request.setblocking(False)
+            request.send(_BUSY_ANSWER)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+            self._free_peer_slot(str(client_address[0]))
+
+    def handle_error(self, request, client_address) -> None:
+        """A client gone, or out of time, is no error of the server's."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+def serve(registry: CollectorRegistry, host: str, port: int, deadline_seconds: float = DEADLINE_SECONDS,
+          max_connections: int = MAX_CONNECTIONS, max_per_peer: int = MAX_PER_PEER) -> BoundedMetricsServer:
+    """The metrics on http://host:port/metrics, served from a daemon thread (and one per connection, at most
+    max_connections); OSError when the port cannot be bound."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    server = BoundedMetricsServer((host, port), family, deadline_seconds, max_connections, max_per_peer)
+    server.set_app(make_wsgi_app(registry))
+    threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True).start()
+    return server
