@@ -7,8 +7,8 @@ or since it opened). When a request's headers are complete on a connection, `adm
   closed, oldest idle first, to bring it back to its share; if they are not enough the request is refused;
 * the server holds more than `total` connections: connections are closed, oldest first within each kind: the idle
   ones of sources holding more than the asking one, then heads still arriving (a request begun, its headers not
-  complete) of the heaviest source while it holds more than the asking one, then anyone's idle ones; if that is not
-  enough the request is refused.
+  complete) of the heaviest source while it holds more than the asking one, then the idle ones of sources holding as
+  many as the asking one; if that is not enough the request is refused.
 
 So connections that only wait (keep-alive between requests, or opened and silent) never keep a request out, one
 peer cannot hold more than its share of the busy ones, and a few sources each holding their whole share in slow
@@ -142,12 +142,13 @@ class Roster:
             if excess > 0:
                 chosen = set(evict)
                 mine = self._held(entry)
-                # heavier sources' idle connections first, then their heads, then anyone's idle: a light source's
-                # kept-alive connection is the last to go
+                # heavier sources' idle connections first, then their heads, then the idle ones of sources holding
+                # as many as the asker: a lighter source's kept-alive connection never goes for a heavier one
                 others = self._oldest_idle(connection, lambda other: self._held(other) > mine, excess, chosen)
                 chosen.update(others)
                 others += self._heaviest_heads(connection, entry, excess - len(others), chosen)
-                others += self._oldest_idle(connection, lambda other: True, excess - len(others), chosen)
+                others += self._oldest_idle(connection, lambda other: self._held(other) >= mine,
+                                            excess - len(others), chosen)
                 if len(others) < excess:
                     return ConnectionAdmission(False, over="total")
                 evict.extend(others)

@@ -129,7 +129,7 @@ def test_a_peer_with_every_connection_busy_is_refused_at_a_heads_first_byte():
     assert not verdict.admitted and verdict.over == "peer" and verdict.evict == ()
 
 
-def test_both_limits_at_once_close_the_peers_own_idle_then_the_oldest_idle():
+def test_both_limits_at_once_close_the_peers_own_idle_and_never_a_lighter_sources():
     table = roster(total=2, per_peer=2)
     table.opened("other", "10.0.0.9")
     table.opened("mine-1", "10.0.0.1")
@@ -137,8 +137,21 @@ def test_both_limits_at_once_close_the_peers_own_idle_then_the_oldest_idle():
     table.opened("mine-3", "10.0.0.1")
     table.request_began("mine-3")
     verdict = table.admit("mine-3")  # the peer holds 3 of 2, the server 4 of 2
-    assert verdict.admitted and verdict.evict == ("mine-1", "other")
-    assert len(table) == 2 and table.held_by("10.0.0.1") == 2
+    assert verdict.admitted and verdict.evict == ("mine-1", "mine-2")  # "other", older and lighter, stays
+    assert len(table) == 2 and table.held_by("10.0.0.1") == 1 and table.held_by("10.0.0.9") == 1
+
+
+def test_a_heavier_source_is_refused_rather_than_close_a_lighter_sources_kept_alive_connection():
+    table = roster(total=2, per_peer=4)
+    table.opened("light", "10.0.0.9")  # a victim's kept-alive connection, idle between its requests
+    table.opened("heavy-1", "10.0.0.1")
+    table.request_began("heavy-1")
+    assert table.admit("heavy-1").admitted
+    table.opened("heavy-2", "10.0.0.1")
+    table.request_began("heavy-2")
+    verdict = table.admit("heavy-2")  # the server holds 3 of 2; only the light source's idle one could go
+    assert not verdict.admitted and verdict.over == "total"
+    assert table.is_idle("light") and len(table) == 3
 
 
 def heads(table: Roster, source: str, count: int, prefix: str) -> list[str]:
