@@ -7,8 +7,8 @@ or since it opened). When a request's headers are complete on a connection, `adm
   closed, oldest idle first, to bring it back to its share; if they are not enough the request is refused;
 * the server holds more than `total` connections: connections are closed, oldest first within each kind: the idle
   ones of sources holding more than the asking one, then heads still arriving (a request begun, its headers not
-  complete) of the heaviest source while it holds more than the asking one, then the idle ones of sources holding as
-  many as the asking one; if that is not enough the request is refused.
+  complete) of the heaviest source while it holds at least as many as the asking one, then the idle ones of sources
+  holding as many as the asking one; if that is not enough the request is refused.
 
 So connections that only wait (keep-alive between requests, or opened and silent) never keep a request out, one
 peer cannot hold more than its share of the busy ones, and a few sources each holding their whole share in slow
@@ -162,8 +162,8 @@ class Roster:
 
     def _heaviest_heads(self, asking: Hashable, entry: _Entry, count: int, skip: set) -> list[Hashable]:
         """Up to `count` heads still arriving, each of the source then holding the most connections, oldest first,
-        while it holds more than the asking connection's source (its new connection counted): the asker never takes
-        from a source that holds no more than its own."""
+        while it holds at least as many as the asking connection's source (its new connection counted): a request
+        whose head is complete outranks a head still arriving, and never takes from a source lighter than its own."""
         if count <= 0:
             return []
         held = dict(self._per_peer)
@@ -171,11 +171,11 @@ class Roster:
             victim = self._entries[other]
             if victim.capped:
                 held[victim.peer] -= 1
-        mine = held.get(entry.peer, 0) if entry.capped else 0
+        mine = held.pop(entry.peer, 0) if entry.capped else 0  # its own heads never give way to it
         found: list[Hashable] = []
         while len(found) < count and held:
             heaviest = max(held, key=held.__getitem__)
-            if heaviest == entry.peer or held[heaviest] <= mine:
+            if held[heaviest] < mine:
                 break
             head = next((other for other, candidate in self._entries.items()
                          if other != asking and other not in skip and candidate.in_head and candidate.busy == 1

@@ -559,3 +559,17 @@ def test_the_real_server_keys_an_ipv6_source_by_its_64():
                            text=True, timeout=60)
     assert probe.returncode == 0, probe.stderr
     assert json.loads(probe.stdout.splitlines()[-1]) == {"same_64": 503, "other_64": 200}
+
+
+def test_a_complete_request_takes_a_head_from_a_source_holding_as_many_as_its_own():
+    """16 sources × their share of trickled heads far over MAX_CONNECTIONS: a victim's second connection must not
+    close its first (its kept-alive one, about to be used again), so the sources holding as many give way too."""
+    table = roster(total=4, per_peer=3)
+    table.opened("kept", "10.0.0.9")  # the victim's kept-alive connection, idle between its requests
+    a = heads(table, "10.0.0.1", 2, "a")
+    heads(table, "10.0.0.2", 2, "b")
+    table.opened("second", "10.0.0.9")
+    table.request_began("second")
+    verdict = table.admit("second")  # 6 of 4: both sources hold 2, as the victim does with this one
+    assert verdict.admitted and verdict.evict == (a[0], "b-0") and table.is_idle("kept")
+    assert table.held_by("10.0.0.9") == 2 and len(table) == 4
