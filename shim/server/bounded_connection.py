@@ -1,9 +1,5 @@
-"""uvicorn's httptools protocol with each connection bounded: how long and how large a request's line and headers
-may be, how long its body may trickle in, how many requests it may pipeline, and how many connections a server (and
-one client) may hold. uvicorn with httptools bounds none of these; the bounds and their refusals are described in
-docs/operations.md ("Reliability and limits"). It relies on uvicorn's private internals (cycle, pipeline, parser,
-url, app): tests/unit/test_uvicorn_internals.py fails when they move, and uvicorn is pinned to one version.
-"""
+"""uvicorn's httptools protocol with each connection bounded (docs/operations.md, "Reliability and limits"). It
+relies on uvicorn's private internals: tests/unit/test_uvicorn_internals.py fails when they move."""
 from __future__ import annotations
 
 import asyncio
