@@ -122,12 +122,9 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         # Outside the last-resort 500, so that even it carries the request id, the access line and TypeSafe's
         # conventions on the System One paths.
         Middleware(RequestId),
-        # The request's span, the caller's trace continued (only when tracing is on: off, not a layer at all).
         *([Middleware(TraceRequest, route_of=metrics.route_of)] if settings.otlp_endpoint else []),
         Middleware(SystemOneConventions),
         Middleware(AccessLog, metrics=metrics),
-        # The request's framing: an answer before the body's end closes the connection; Transfer-Encoding other
-        # than chunked refused.
         Middleware(CloseUnread),
         Middleware(TransferEncodingGuard),
         LAST_RESORT_500,
