@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ("shim", "wire", "intern_decision_model", "model_repository")
 MODULES = sorted(path for top in SERVICE for path in (ROOT / top).rglob("*.py"))
 MAX_MODULE_DOCSTRING_LINES = 5
-MAX_PROSE_PERCENT = 15
+MAX_PROSE_PERCENT = 14
 # A map entry, as tests/unit/test_layout.py reads a package's map.
 MAP_ENTRY = re.compile(r"^([a-z_][a-z0-9_]*(?:/|\.json)?)(?: {2,}|$)", re.M)
 
