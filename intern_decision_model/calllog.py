@@ -1,20 +1,5 @@
-"""One JSON line per call in Triton's log, successes included, written off the response path.
-
-    {"request_id": "<request id>.<call index>", "outcome": "ok", "input_tokens": 358, "ms": 27.31}
-    {"request_id": "<request id>.<call index>", "outcome": "invalid", "input_tokens": null, "ms": 0.2,
-     "error": "invalid_request: call 1: ..."}
-
-With "trace_id": "<32 hex digits>" after "ms" when the shim traces the request (docs/operations.md, "Tracing").
-
-outcome is the calls counter's label (intern_decision_calls_total); ms is the model's time on the call (the
-inference-seconds histogram's). Never the state, a question or an option: only ids, the outcome, sizes and time.
-Triton writes each line after its own prefix, as an escaped JSON string:  I1130 15:40:59.961443 20912
-model.py:37] "{\"request_id\": ...}".
-
-Each pb_utils.Logger line is a round trip from the python backend stub to the server (about 50 µs measured on the
-CPU stack), so callers only queue the lines (logging's QueueHandler) and a QueueListener thread hands them to
-Triton's log; close() writes what is queued.
-"""
+"""One JSON line per call in Triton's log (ids, outcome, sizes and time; never the state, a question or an option),
+queued off the response path: each pb_utils.Logger line is a round trip to the server (docs/operations.md, "The model's log")."""
 from __future__ import annotations
 
 import json

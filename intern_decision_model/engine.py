@@ -50,12 +50,8 @@ def render_prompt(module: ModuleType, tokenizer: Any, request: dict) -> str:
 
 
 class PromptCapture:
-    """Keeps the last text the tokenizer's chat template rendered: what predict() tokenised for the call it scored.
-
-    The tokenizer's apply_chat_template is wrapped on the instance (the checkpoint's code still calls its own
-    tokenizer, with its own arguments), so the prompt hash is taken from the very text the model saw, and nothing
-    renders it a second time.
-    """
+    """Keeps the last text the tokenizer's chat template rendered, by wrapping apply_chat_template on the instance:
+    the prompt hash is taken from the very text the model saw, never from a second render."""
 
     def __init__(self, tokenizer: Any):
         self._last: str | None = None

@@ -1,11 +1,5 @@
-"""python -m shim [--host H] [--port P]: serve the shim with uvicorn, one worker (INV-2), and its metrics on a port
-of their own (INTERN_DECISION_METRICS_HOST / INTERN_DECISION_METRICS_PORT, default the shim's host, the loopback when
-it listens on every address, and 9464; 0 off), its request headers bounded in size and time and uvicorn's access log
-off (shim/server/).
-
-Configuration is read from INTERN_DECISION_* and validated before the server starts; a bad value stops it. Logs
-are JSON lines on stdout (shim/logs.py).
-"""
+"""python -m shim [--host H] [--port P]: the shim under uvicorn, one worker (INV-2), its metrics on a port of their
+own; the settings are validated before the server starts."""
 from __future__ import annotations
 
 import argparse

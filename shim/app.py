@@ -1,12 +1,5 @@
-"""The Starlette application: GET /health, POST /decide, POST /decide/shared, the System One surface (GET
-/v1/models, POST /v1/systemone, POST /v1/systemone/batch, and its operations as MCP tools at /mcp), GET
-/openapi.json, every error in the envelope and every response with X-Request-Id (the request-id layer wraps even
-Starlette's last-resort 500); the System One paths also carry TypeSafe's request id header (shim/systemone/
-conventions.py). GET /playground, a page for people (shim/playground/), unless PLAYGROUND=0.
-
-create_app only wires the parts together: the routes' handlers (shim/semif/, shim/systemone/, shim/health.py), the
-exception handlers (shim/errors/handlers.py) and the edge's middlewares (shim/edge/) stand in modules of their own.
-"""
+"""The Starlette application: the routes of both surfaces, /openapi.json and the playground, wired only; the
+handlers, exception handlers and middlewares stand in modules of their own (docs/semif.md, docs/systemone.md)."""
 from __future__ import annotations
 
 import asyncio
@@ -129,12 +122,9 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         # Outside the last-resort 500, so that even it carries the request id, the access line and TypeSafe's
         # conventions on the System One paths.
         Middleware(RequestId),
-        # The request's span, the caller's trace continued (only when tracing is on: off, not a layer at all).
         *([Middleware(TraceRequest, route_of=metrics.route_of)] if settings.otlp_endpoint else []),
         Middleware(SystemOneConventions),
         Middleware(AccessLog, metrics=metrics),
-        # The request's framing: an answer before the body's end closes the connection; Transfer-Encoding other
-        # than chunked refused.
         Middleware(CloseUnread),
         Middleware(TransferEncodingGuard),
         LAST_RESORT_500,

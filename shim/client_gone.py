@@ -1,12 +1,5 @@
-"""A request whose client went away before it reached the model is not scored (one already scoring finishes).
-
-The edge's DisconnectWatch (shim/edge/disconnect.py) hands the app a watched channel (watched()): it passes the body
-on and then keeps reading the request's channel in the background, where the server sends `http.disconnect` when the
-client closes the connection. The runner waits for the inference lock (INV-2) through shim/port/waiting.py, which
-gives up when the client goes while it waits (client_gone_event()) and checks once more when it has the lock. A gone
-client's request therefore never costs a call, and frees its queue slot at once. Such a request is logged 499 and
-counted in intern_decision_shim_client_gone_total.
-"""
+"""A request whose client went away before it reached the model is not scored (499); one already scoring finishes.
+The edge's DisconnectWatch hands the app a watched channel; the lock's wait gives up when the client goes."""
 from __future__ import annotations
 
 import asyncio

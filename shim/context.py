@@ -1,9 +1,5 @@
-"""What the shim knows about the request being handled, in ContextVars: its id (set by the RequestId middleware,
-read by the log filter and the service) and its usage (set by the access line, noted by the service).
-
-The request id is never reset: uvicorn runs each request in a task of its own, and its "Exception in ASGI
-application" line, written after the app has returned, must still carry the id.
-"""
+"""The request being handled, in ContextVars: its id and its usage. The id is never reset: uvicorn's "Exception in
+ASGI application" line, written after the app returned, must still carry it."""
 from __future__ import annotations
 
 from contextvars import ContextVar

@@ -1,16 +1,5 @@
 """Draining a shim on SIGTERM (docs/operations.md, "Draining"): stop admitting, finish what was admitted, exit.
-
-At SIGTERM /health answers 503 `draining` at once, so the balancer (HAProxy's check, Kubernetes' readiness) takes
-the replica out. New POSTs are still admitted for `announce_seconds`, the time the balancer needs to notice:
-refusing them at once would fail the requests it sends in that window (HAProxy retries a connection failure only,
-never an answer). After it, a new POST is 503 `draining` with Retry-After and `Connection: close`, and so is every
-admitted request still waiting for the inference lock (shim/port/waiting.py): only the one holding it finishes, so the
-drain lasts DRAIN_SECONDS plus one request, never the sum of the queue. The shim exits once the announcement is over
-and no admitted request is left; Triton, started first, outlives it.
-
-begin() is called from a signal handler and only records the moment; the server ticks the drain from its loop
-(shim/server/, every 0.1 s), which wakes the waiting requests once it refuses.
-"""
+begin() runs in a signal handler and only records the moment; the server ticks the drain from its loop."""
 from __future__ import annotations
 
 import asyncio

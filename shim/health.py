@@ -1,15 +1,5 @@
-"""GET /health: whether the model is usable, from what the shim already knows, and the model_up gauge.
-
-A background loop (keep_checking, every MODEL_CHECK_SECONDS) reads Triton's readiness and the model's facts; the
-watch (shim/port/watch.py) knows at once when an inference or a ping found the model down. /health answers from those
-two and costs Triton nothing of its own: the watch's verdict first (503 at once), then the loop's last check. Only
-an app run without its lifespan, so without the loop (the unit tests' ASGI transport), checks when asked, one check
-at a time however many callers ask.
-
-/health is open, so what it says is public: its reason is one of a few fixed words (shim/errors/failures.py,
-Problem.public, chosen where the problem arose: "triton unreachable", "model not ready", ...), never Triton's own
-text, an exception's or an address. The details go to the log, and the verdict to intern_decision_shim_model_up.
-"""
+"""GET /health and the model_up gauge: answered from the watch's verdict and a background loop's last check, so it
+costs Triton nothing; its reason is one of a few fixed public words, the details go to the log."""
 from __future__ import annotations
 
 import asyncio

@@ -1,16 +1,5 @@
-"""A request's JSON, read strictly (wire.strict_json: UTF-8, finite, no repeated key, at most MAX_DEPTH deep and
-MAX_VALUES values) where it cannot stall the event loop: text of at most ON_LOOP_BYTES is read on the loop, where a
-thread would cost more than the parse (8 KiB of the costliest JSON, `[1e1,1e1,...]` or `[{},{},...]`, takes about
-0.5 ms; 64 KiB took 4 ms); longer text on one worker thread of its own, one body at a time (the others wait their
-turn; admission already bounds how many can wait).
-
-json's C parser holds the GIL for a whole parse (1 MiB of nested arrays: about 0.06 s on one CPU core with the
-garbage collector held off, which would otherwise walk the half-built value again and again), and the loop needs
-the GIL a few times to answer one request. A worker that went from one parse to the next would take it back each
-time the loop let it go, so the worker rests after each parse for as long as the parse took: the loop waits for at
-most one parse, and then runs freely for as long. Both surfaces' routes and the MCP tools
-(shim/systemone/mcp_body.py) read their bodies here, and a large System One body is read into its request here too.
-"""
+"""A request's JSON, read strictly (wire.strict_json) where it cannot stall the event loop: small text on the loop,
+larger text on one worker thread that rests after each parse (docs/operations.md, "Bodies and parsing")."""
 from __future__ import annotations
 
 import asyncio

@@ -1,10 +1,5 @@
-"""The shim's logs: one JSON object per line, the request id on every line written while a request is handled, and
-its trace id while tracing is on (shim/tracing.py).
-
-The request id lives in a ContextVar (shim/context.py), set by the RequestId middleware for the task that handles
-the request; a filter on the handler copies it onto every record, uvicorn's own included (they share the handler
-through uvicorn's log_config).
-"""
+"""The shim's logs: one JSON object per line, with the request id (and trace id while tracing) copied onto every
+record by a filter on the handler, uvicorn's records included."""
 from __future__ import annotations
 
 import json

@@ -12,10 +12,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-# The metrics server's bounds: a connection's whole exchange (request in, answer out) within DEADLINE_SECONDS, its
-# first byte within FIRST_BYTE_SECONDS, and at most MAX_CONNECTIONS handled at once (one thread each), MAX_PER_PEER of
-# them from one address; one more is answered 503 at once and closed. A scrape takes milliseconds and Prometheus sends
-# its request at once; it waits 10 s at most (its default scrape_timeout).
+# One connection past the bounds is answered 503 at once and closed. A scrape takes milliseconds, and Prometheus
+# waits 10 s at most (its default scrape_timeout).
 DEADLINE_SECONDS = 10.0
 FIRST_BYTE_SECONDS = 2.0
 MAX_CONNECTIONS = 8

@@ -37,34 +37,20 @@ class ShimSettings:
     body_timeout_seconds: float = 5.0
     api_token_next: str | None = None
     drain_seconds: float = 5.0
-    # The connection's bounds (shim/server/): the request line and headers must arrive within
-    # header_timeout_seconds of the connection's opening or the request's first byte; at most max_connections open.
     header_timeout_seconds: float = 10.0
     max_connections: int = 256
-    # One client's share of max_connections (0: no share); connections from balancer_addresses (addresses or CIDR
-    # networks of the balancers in front, whose clients all share their address) count towards max_connections only.
     max_connections_per_peer: int = 64
     balancer_addresses: tuple[str, ...] = ()
-    # The System One surface (shim/systemone/).
     extra_model_names: tuple[str, ...] = ()
-    # The date the contract pinned the model's revision: /v1/models' release_date.
     model_release_date: str = "2026-09-30"
     max_batch_items: int = 32
-    # A body's gzip or zstd may decode to at most this many bytes per byte sent (shim/edge/encoding.py).
     max_decode_ratio: int = 200
-    # System One's operations as MCP tools at /mcp (shim/systemone/mcp.py); off where the mcp package is not
-    # installed (the GPU check's environment).
     mcp: bool = True
-    # The playground, a page for people at /playground (shim/playground/).
     playground: bool = True
-    # Where python -m shim listens, and its metrics (shim/metrics_server.py): metrics_host "" is the shim's host, or the
-    # loopback where the shim listens on every address (the metrics are published only when named); metrics_port 0
-    # serves no metrics.
     host: str = "127.0.0.1"
     port: int = 8080
     metrics_host: str = ""
     metrics_port: int = 9464
-    # Where the request's spans go over OTLP/HTTP (shim/tracing.py); None: tracing off, nothing recorded or sent.
     otlp_endpoint: str | None = None
 
     @property

@@ -1,9 +1,5 @@
-"""One call's answer: what the model writes for a call, and the typed object the shim reads it into, once.
-
-The model writes predict()'s output unchanged plus the keys of `written()`; the shim reads that object with
-`CallAnswer.read()` and works on the typed answer from there on, so nothing past the reader knows the dict's shape.
-Every number is predict()'s own (INV-1): the reader only checks it and keeps it, never recomputes it.
-"""
+"""One call's answer: what the model writes for a call, and the typed object the shim reads it into once; every
+number is predict()'s own (INV-1)."""
 from __future__ import annotations
 
 import math

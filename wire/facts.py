@@ -1,9 +1,5 @@
-"""The model's facts: the pins, limits and kernels in force, typed, and how they travel as the info metric's labels.
-
-boot_id and started_at name the model process itself, so a caller can tell that a restart brought a new one.
-The model publishes them once it has started, as the labels of the gauge INFO_METRIC (value 1) on Triton's metrics
-port; the shim reads them from there for /health, so reading them never waits behind an inference.
-"""
+"""The model's facts (pins, limits, kernels, boot_id), typed, and how they travel as the labels of INFO_METRIC on
+Triton's metrics port, so reading them never waits behind an inference."""
 from __future__ import annotations
 
 import dataclasses

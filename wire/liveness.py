@@ -1,18 +1,5 @@
-"""Triton's liveness verdict: the model is up, busy, or down. Standard library only (healthchecks run it).
-
-A ping (wire/ping.py) waits behind the inference in progress, and one inference carries up to MAX_DECISIONS calls,
-so a ping sized to one call times out behind a long legitimate request. The model counts each call as it ends
-(intern_decision_calls_total on Triton's metrics port, any outcome), so the count tells the two apart:
-
-    the ping answered                                      up
-    the ping timed out, and a call ended while it waited   busy: the model works through a long request (alive)
-    the ping timed out, and no call ended                  down: nothing ended in one call's time, the model hangs
-    an error answer, Triton gone, or no count to compare   down
-
-The ping is allowed one call's time (CALL_TIMEOUT_SECONDS and a margin, docker/multi_gpu.py ping_timeout_seconds):
-a working model ends at least one call in that time, whatever is queued before the ping. The watchdog
-(docker/triton/watchdog.py) and the Kubernetes liveness probe (docker/healthcheck.py triton) both judge by `check`.
-"""
+"""Triton's liveness verdict, up, busy or down: a ping that timed out behind a long request is told apart from a hung
+model by the calls counter (docs/operations.md, "When the model process dies"). Standard library only (healthchecks run it)."""
 from __future__ import annotations
 
 import re

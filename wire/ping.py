@@ -1,19 +1,7 @@
-"""The ping: an inference request whose REQUEST holds no calls, answered with an empty RESPONSE.
+"""The ping: an inference request with no calls, answered with an empty RESPONSE; it proves the stub and execute
+alive, which Triton's readiness does not (docs/wire-protocol.md, "Ping").
 
-The model runs nothing for it and counts nothing, so an answered ping says that Triton, the python backend's stub
-process and the model's execute are alive, which Triton's readiness does not: a dead stub leaves the model "ready"
-while every inference fails. Like any inference it waits behind one in progress: Triton's liveness judges a ping
-that times out by the model's call count (wire/liveness.py).
-
-The shim's watch pings through its own connection; healthchecks run `python -m wire.ping` (exit 0 when the model
-answers, 1 with one line on stderr when not). Inference is one of Triton's restricted APIs: the ping carries the
-key in API_KEY_HEADER.
-
-    python -m wire.ping [--url HOST:PORT] [--model NAME] [--timeout SECONDS]
-
-The key comes from INTERN_DECISION_TRITON_API_KEY, or from the file named by INTERN_DECISION_TRITON_API_KEY_FILE;
-the address from INTERN_DECISION_TRITON_URL (default 127.0.0.1:8000).
-"""
+    python -m wire.ping [--url HOST:PORT] [--model NAME] [--timeout SECONDS]    # exit 0 answered, 1 not"""
 from __future__ import annotations
 
 import argparse

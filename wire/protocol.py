@@ -1,11 +1,5 @@
-"""Tensors and errors of the wire protocol (docs/wire-protocol.md).
-
-One Triton inference request carries a whole HTTP request's calls: REQUEST is a string tensor of shape [n], one
-predict() request per element in the order the calls run, and RESPONSE answers with n strings in the same order. When
-the calls share one state, STATE carries it once and no call carries it. A
-failure in call k stops the request there and answers a Triton error whose message reads `<kind word>: call <k>:
-<detail>`; the Triton code and the kind word together say which kind it is.
-"""
+"""Tensors and errors of the wire protocol (docs/wire-protocol.md): REQUEST [n] and RESPONSE [n] in run order,
+STATE once when shared, and an error message `<kind word>: call <k>: <detail>`."""
 from __future__ import annotations
 
 import enum

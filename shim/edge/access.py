@@ -1,10 +1,5 @@
-"""One access line and the request series per HTTP request, as pure ASGI middleware just inside RequestId.
-
-The line (logger intern_decision.shim.access) carries the route template, the status, the duration and, for a
-request that was planned, its calls and their input tokens, which the service notes through context.note_usage
-while it runs. A request whose app raised counts as 500 (Starlette's outermost layer answers it so); one that ended
-without a response, the client having gone away, counts as 499.
-"""
+"""One access line and the request series per HTTP request, just inside RequestId; a request whose app raised
+counts as 500, one that ended without a response (the client gone) as 499."""
 from __future__ import annotations
 
 import logging

@@ -1,16 +1,5 @@
-"""A POST's body, read at the edge so the app gets it whole, decoded and within the limits; two middlewares, since
-admission (shim/edge/admission.py) stands between them:
-
-- KnownEncoding: a Content-Encoding other than identity, gzip or zstd is 415, from the headers alone;
-- BodyReader, once admitted: the body (413) decoded (shim/edge/encoding.py) and counted as it arrives, chunked
-  bodies included; the limit is on the bytes sent and, for gzip and zstd, on the decoded bytes too, as is
-  MAX_DECODE_RATIO (decoded bytes per byte sent, past the first 8 KiB decoded: encoding.RATIO_FLOOR). A declared
-  Content-Length is trusted only when it is ASCII digits, and then refuses early, whatever the encoding. Decoding
-  runs in bounded steps with the event loop free between them. The whole body must arrive within
-  BODY_TIMEOUT_SECONDS of admission, else 408 and the connection is closed: a slow client cannot hold a queue slot;
-  a body that is not a whole stream of its encoding (or holds more than MAX_MEMBERS members or frames) is 422. The
-  app gets the decoded body replayed; a client gone while sending gets nothing and never reaches it.
-"""
+"""A POST's body, read at the edge so the app gets it whole, decoded and within the limits: KnownEncoding (415) from
+the headers, and BodyReader once admitted (413, 408, 422); two middlewares since admission stands between them."""
 from __future__ import annotations
 
 import asyncio

@@ -1,17 +1,5 @@
-"""Request bodies sent with a Content-Encoding (gzip or zstd), decoded as they arrive, never past a limit, in time
-linear in the bytes sent and in bounded steps.
-
-The limit applies to the decoded bytes (the body reader bounds the bytes sent as well, shim/edge/body.py), and so
-does a ratio: past RATIO_FLOOR decoded bytes, a body may decode to at most max_ratio times the bytes sent so far
-(counted as they arrive, across every member or frame), so that a few bytes sent cannot make the shim decode and
-parse many. No decoder is ever asked for more than what is left of either plus one byte, so a small body that
-inflates past them costs no more memory than they allow. A decompressor is given at most IN_SLICE bytes and asked for at most OUT_SLICE
-bytes at once, and `steps` yields after each such piece, so that its caller can let the event loop run between them.
-A body may hold several gzip members or zstd frames, at most MAX_MEMBERS: what follows the end of one is found by its
-offset in the slice, never by copying the rest of the body, and the cap bounds the work a member's start costs (a
-body of empty frames is mostly starts). zstd is the standard library's compression.zstd from Python 3.14, its
-backport (backports.zstd) before.
-"""
+"""Request bodies with a Content-Encoding (gzip or zstd), decoded as they arrive within the body's limit and
+MAX_DECODE_RATIO, in bounded steps, in time linear in the bytes sent (docs/operations.md, "Bodies and parsing")."""
 from __future__ import annotations
 
 import sys

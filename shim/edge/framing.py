@@ -1,13 +1,5 @@
-"""The request's framing, as pure ASGI middleware outside everything else (shim/app.py):
-
-* `Transfer-Encoding` must be `chunked` alone: any other coding (`gzip, chunked` among them) is 501
-  `unsupported_transfer_encoding` in the envelope, never a body read as if the coding were not there. A body's
-  compression is `Content-Encoding`'s job (shim/edge/encoding.py).
-* A response sent before the request's body was read to its end carries `Connection: close`, and uvicorn closes the
-  connection once it is sent. A refusal (401, 413, 415, 429, 503 ...) therefore never leaves the connection waiting
-  for the rest of a body that nobody reads: neither a balancer in front of the shim nor a client trickling bytes
-  holds it.
-"""
+"""The request's framing, outermost of the edge: Transfer-Encoding other than chunked alone is 501, and an answer
+sent before the body's end carries Connection: close, so no refusal leaves a connection waiting for an unread body."""
 from __future__ import annotations
 
 from starlette.datastructures import Headers, MutableHeaders

@@ -1,13 +1,11 @@
 """Every error the shim answers, in one place: what each code is, how it is raised, classified and written.
 
-codes       every public error code, defined once: status, code, fixed words, TypeSafe's error type, Retry-After
-            and closing (the registry)                                                                    (pure)
-raised      the exceptions the app raises to answer one: ApiError, and UnprocessableRequest (422)           (pure)
-failures    the one failure type of a call to the model (Failure, on wire.Kind) and why the model is unusable
-            (Problem: public words and private detail, both set where it arises)                           (pure)
-envelope    the envelope, built once in the answering surface's shape (TypeSafe's detail on System One's) (pure)
-answer      the one writer of an error's answer: the edge's refusals, the handlers', MCP's and the server's own
-handlers    Starlette's exception handlers: what the app raises and what the port tells, answered
+codes       every public error code, defined once (the registry)                                        (pure)
+raised      the exceptions the app raises to answer one: ApiError, UnprocessableRequest (422)           (pure)
+failures    the one failure type of a model call, and why the model is unusable (Problem)               (pure)
+envelope    the envelope, built once in the answering surface's shape                                   (pure)
+answer      the one writer of an error's answer: the edge's, the handlers', MCP's and the server's
+handlers    Starlette's exception handlers
 """
 from .codes import PublicError
 from .envelope import envelope, validation_detail

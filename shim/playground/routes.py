@@ -1,12 +1,5 @@
-"""GET /playground (the page), GET /playground/<file> (its script, styles and icon) and GET / pointing to the page,
-read once from the package's static/ folder: no CDN, no build step, nothing fetched from elsewhere.
-
-Every answer carries a Content-Security-Policy that allows only this origin's own files (no inline script or style,
-no framing, no form posts), nosniff, no referrer, and no caching: the page holds the API token while it is open.
-
-The pages are one route object (a Starlette BaseRoute, as a Mount is) rather than Routes: they are not part of the
-JSON API that /openapi.json describes and that its tests compare with the app's Routes.
-"""
+"""GET /playground, its files and GET / pointing to it, from the package's static/ folder, under a strict CSP and no
+caching (the page holds the API token). One BaseRoute, not Routes: the pages are not part of the JSON API."""
 from __future__ import annotations
 
 from importlib import resources

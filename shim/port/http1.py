@@ -1,10 +1,5 @@
-"""A kept-alive HTTP/1.1 connection for the shim's calls to Triton, parsed with httptools (llhttp).
-
-One connection, one request at a time, no compression asked for: the shim's calls to the model are serialised
-anyway (INV-2), so a pool would only add work. A connection that failed or timed out is dropped, and the next
-request opens a new one. A request on a reused connection that sees the connection closed before a byte of the
-answer is sent once more on a fresh one: that is a server closing an idle keep-alive connection, not a failure.
-"""
+"""A kept-alive HTTP/1.1 connection to Triton, parsed with httptools; one request at a time, since the calls are
+serialised anyway (INV-2) and a pool would only add work."""
 from __future__ import annotations
 
 import asyncio

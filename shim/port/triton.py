@@ -1,11 +1,5 @@
-"""The model behind Triton (the wire protocol: wire/, docs/wire-protocol.md).
-
-tritonclient builds and parses the binary KServe v2 bodies; they travel over kept-alive HTTP/1.1 connections of our
-own (http1): one for inferences, one for health, so /health never waits behind an inference, and one for the
-watch's pings (shim/port/watch.py). A request's calls go to the model as one inference request. The model
-facts come from the info gauge on Triton's metrics port, which Triton serves itself. Inference and the model
-repository are restricted APIs: those calls carry the key (INTERN_DECISION_TRITON_API_KEY); readiness is open.
-"""
+"""The model behind Triton (docs/wire-protocol.md): tritonclient's KServe v2 bodies over our own kept-alive
+connections, one each for inferences, health and the watch, so /health never waits behind an inference."""
 from __future__ import annotations
 
 import asyncio

@@ -1,19 +1,5 @@
-"""Whether the model answers (docs/operations.md, "When the model process dies").
-
-Triton's readiness does not see the python backend's stub process die: the model stays "ready" while every
-inference answers "Stub process ... is not healthy", and Triton never starts a new stub. So the watch pings the
-model through Triton (wire/ping.py) under the service's lock, so that a ping never waits behind an inference:
-
-* at once when an inference failed with Triton's own error or got no answer; the model counts as down from that
-  moment, so /health answers 503 and requests are refused at once instead of each waiting on a dead stub;
-* every `probe_seconds` while up and idle (an inference in progress speaks for itself), every `retry_seconds`
-  while down.
-
-The shim does not heal the model itself: an in-place reload leaves the dead stub's shared memory behind in
-tritonserver until it exits. What runs Triton restarts it instead (the Triton container's watchdog under Compose,
-the liveness probe in Kubernetes); the watch keeps pinging and the model is up again once a new tritonserver has
-loaded it.
-"""
+"""Whether the model answers: pings through Triton under the service's lock, at once after a failed inference and
+periodically while idle (docs/operations.md, "When the model process dies"). It never heals the model itself."""
 from __future__ import annotations
 
 import asyncio

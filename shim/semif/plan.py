@@ -1,10 +1,5 @@
-"""From validated decisions to the predict() calls that score them (the contract's "Mapping onto the model").
-
-Each decision has one ordering ("none") or several ("rotations": the n cyclic shifts, "all": the n!
-permutations; the caller's order first). Ordering k of every decision that has more than k orderings forms wave k,
-so wave 0 is the request as written and no call holds two orderings of one decision. Each wave is packed greedily
-in request order into calls of at most 16 questions. Calls are numbered in the order they run.
-"""
+"""From validated decisions to the predict() calls that score them (the contract's "Mapping onto the model"):
+ordering k of every decision forms wave k, each wave packed greedily into calls of at most 16 questions."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,11 +1,11 @@
 """The HTTP server python -m shim runs: uvicorn with httptools, one worker, each connection bounded before the app
-sees a request (the bounds: docs/operations.md, "Reliability and limits"). Laid out as uvicorn's own protocols/http/:
+(docs/operations.md, "Reliability and limits"). Laid out as uvicorn's own protocols/http/:
 
-limits              the connections' bounds (ConnectionLimits, from the settings) and the server's constants (pure)
-roster              who holds the server's connections and which give way when a request needs room      (pure)
-early_answers       what the server answers itself, before or instead of the app, each closing the connection
+limits              the connections' bounds (ConnectionLimits) and the server's constants          (pure)
+roster              who holds the connections and which give way when a request needs room         (pure)
+early_answers       what the server answers itself, each closing the connection
 bounded_connection  the protocol: uvicorn's httptools protocol with every bound of a connection
-bounded_server      the server: owns its connections' roster; the first SIGTERM drains the app
+bounded_server      the server: owns the roster; the first SIGTERM drains the app
 serve               uvicorn's config and run, as python -m shim calls them
 """
 from .bounded_connection import BoundedConnectionProtocol

@@ -1,9 +1,5 @@
-"""uvicorn's httptools protocol with each connection bounded: how long and how large a request's line and headers
-may be, how long its body may trickle in, how many requests it may pipeline, and how many connections a server (and
-one client) may hold. uvicorn with httptools bounds none of these; the bounds and their refusals are described in
-docs/operations.md ("Reliability and limits"). It relies on uvicorn's private internals (cycle, pipeline, parser,
-url, app): tests/unit/test_uvicorn_internals.py fails when they move, and uvicorn is pinned to one version.
-"""
+"""uvicorn's httptools protocol with each connection bounded (docs/operations.md, "Reliability and limits"). It
+relies on uvicorn's private internals: tests/unit/test_uvicorn_internals.py fails when they move."""
 from __future__ import annotations
 
 import asyncio
@@ -44,18 +40,9 @@ class _QuietOnceRefused(logging.LoggerAdapter):
 
 
 class BoundedConnectionProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with ConnectionLimits: a connection's first byte must arrive within
-    silent_seconds, a request's line and headers within header_seconds (else the connection is closed), within MAX_HEADER_BYTES and MAX_HEADERS fields (else 431
-    request_header_too_large, and closed); a chunked body in at most MAX_BODY_CHUNKS chunks (else 413
-    request_too_large, and closed); what the parser cannot read is 400 malformed_request in the envelope; its
-    body within body_seconds of its headers (else closed); at most max_pipelined requests wait behind the one
-    being answered (the next is 400 too_many_pipelined_requests, and closed); a request on a connection over
-    max_connections or its peer's max_per_peer closes connections to make room (the roster says which), and when
-    there are not enough it is 503 too_many_connections, and closed, unless it is a GET /health, which is answered
-    and then closed.
-
-    A refusal is written in its turn: after the answers to the requests before it on the connection; nothing after
-    it is parsed."""
+    """uvicorn's httptools protocol with ConnectionLimits (each bound and its refusal: docs/operations.md,
+    "Reliability and limits"). A refusal is written in its turn, after the answers to the requests before it on the
+    connection; nothing after it is parsed."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits, roster: Roster, **kwargs: Any):
         super().__init__(*args, **kwargs)

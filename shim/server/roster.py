@@ -1,23 +1,5 @@
-"""Who holds the server's connections, and which give way when a request needs room (the server's protocol asks).
-
-Every open connection is either busy (a request on it begun and not yet answered) or idle (none since its last answer,
-or since it opened). When a request's headers are complete on a connection, `admit` decides:
-
-* its peer (the client's address) holds more than `per_peer` connections: that peer's own idle connections are
-  closed, oldest idle first, to bring it back to its share; if they are not enough the request is refused;
-* the server holds more than `total` connections: connections are closed, oldest first within each kind: the idle
-  ones of sources holding more than the asking one, then heads still arriving (a request begun, its headers not
-  complete) of the heaviest source while it holds at least as many as the asking one, then the idle ones of sources
-  holding as many as the asking one; if that is not enough the request is refused.
-
-So connections that only wait (keep-alive between requests, or opened and silent) never keep a request out, one
-peer cannot hold more than its share of the busy ones, and a few sources each holding their whole share in slow
-heads cannot keep out a source that holds little. A peer counts as its source: an IPv4 address, or an IPv6
-address's /64 (as the balancer keys them), so one host's many addresses are one source. Peers in `exempt` (the
-balancers in front: every client behind one shares its address) count towards `total` only; the per-source limits
-are the balancer's there. When a request is refused nothing is closed. This is bookkeeping only: it never
-touches a socket, the server closes what it names.
-"""
+"""Who holds the server's connections, and which give way when a request needs room (docs/operations.md,
+"Bounds per client"). Bookkeeping only: it never touches a socket; the server closes what it names."""
 from __future__ import annotations
 
 import ipaddress

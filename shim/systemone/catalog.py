@@ -1,9 +1,5 @@
-"""The names the model answers to on the System One surface, and GET /v1/models.
-
-The canonical name pins the revision in force (`internlm/Intern-Decision-4B@<first 12 hex>`, from the model's
-facts, so a restart onto another revision shows); the repository's name, the checkpoint's short name and the
-operator's EXTRA_MODEL_NAMES are aliases of it. Names are exact and case-sensitive.
-"""
+"""The names the model answers to on System One, and GET /v1/models: the canonical name pins the revision in force,
+the others are exact, case-sensitive aliases of it."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,10 +1,5 @@
-"""A System One request body, checked in the shim as far as predict() would refuse it cheaply, and translated into
-predict() questions under the caller's names (the token limit and the reserved marker stay the model's).
-
-Structured instructions and criteria become JSON text (insertion order, ensure_ascii=False); a null instructions
-is left out, a null choice description is "", null noul descriptions are dropped so the checkpoint's defaults
-apply. Every refusal is a SystemOneInvalid naming its field as FastAPI's `loc` does (["body", "questions", ...]).
-"""
+"""A System One request body, checked as far as predict() would refuse it cheaply and translated into predict()
+questions under the caller's names; every refusal names its field as FastAPI's `loc` does."""
 from __future__ import annotations
 
 import json

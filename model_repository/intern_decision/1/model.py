@@ -1,15 +1,5 @@
-"""Triton python backend for Intern-Decision: one inference request carries all of an HTTP request's calls.
-
-REQUEST is a string tensor [n], one predict() request per element in run order (the state they share, when they do,
-once in STATE [1]); execute runs them one after another
-and answers RESPONSE [n], or stops at the first failure and answers a Triton error naming the kind and the call
-(wire/, docs/wire-protocol.md). A REQUEST with no calls is a ping: it is answered with an empty RESPONSE, runs
-nothing and counts nothing. The work is done in intern_decision_model (a top-level package of the repository,
-installed beside torch wherever the model runs, importable without Triton); this file only adapts it to Triton:
-configuration and startup in initialize, tensors and errors in execute, metrics, and logging through
-pb_utils.Logger: one JSON line per call, named <request id>.<call index>, with the trace id when the shim traces
-the request (intern_decision_model/calllog.py).
-"""
+"""Triton python backend for Intern-Decision: one inference request carries all of an HTTP request's calls
+(docs/wire-protocol.md). The work is in intern_decision_model; this file only adapts it to Triton."""
 import os
 
 # INV-5: set before anything can import torch or transformers.
