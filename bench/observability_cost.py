@@ -13,6 +13,7 @@ kept-alive connection by the standard library's client.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -22,6 +23,7 @@ import tempfile
 import time
 from http.client import HTTPConnection
 from pathlib import Path
+from typing import Iterator
 
 HERE = Path(__file__).resolve().parent.parent
 TOKEN = "benchmark-token-0123456789-abcdefghijklmnop"
@@ -67,11 +69,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def shim_cpu_ms(tree: Path, variant: str, requests: int, log_path: Path) -> float:
+@contextlib.contextmanager
+def shim_serving(tree: Path, variant: str, env: dict,
+                 log_path: Path) -> Iterator[tuple[subprocess.Popen, HTTPConnection]]:
+    """The fake-model shim of `tree` started as `variant`, and a connection once it answers /health."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(tree), "INTERN_DECISION_API_TOKEN": TOKEN,
-           "INTERN_DECISION_TRITON_API_KEY": "triton-key-" + TOKEN,
-           "INTERN_DECISION_METRICS_PORT": str(free_port())}
     with open(log_path, "wb") as log:
         server = subprocess.Popen([sys.executable, "-c", SERVER, variant, str(port)], env=env, cwd=tree,
                                   stdout=log, stderr=subprocess.STDOUT)
@@ -87,6 +89,19 @@ def shim_cpu_ms(tree: Path, variant: str, requests: int, log_path: Path) -> floa
                 assert time.monotonic() < deadline and server.poll() is None, log_path.read_text()[-2000:]
                 connection = HTTPConnection("127.0.0.1", port, timeout=10)
                 time.sleep(0.1)
+        yield server, connection
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def shim_env(tree: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": str(tree), "INTERN_DECISION_API_TOKEN": TOKEN,
+            "INTERN_DECISION_TRITON_API_KEY": "triton-key-" + TOKEN, "INTERN_DECISION_METRICS_PORT": str(free_port())}
+
+
+def shim_cpu_ms(tree: Path, variant: str, requests: int, log_path: Path) -> float:
+    with shim_serving(tree, variant, shim_env(tree), log_path) as (server, connection):
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
         for _ in range(200):  # warm-up
             connection.request("POST", "/decide", BODY, headers)
@@ -98,9 +113,6 @@ def shim_cpu_ms(tree: Path, variant: str, requests: int, log_path: Path) -> floa
             response.read()
             assert response.status == 200, response.status
         return (cpu_seconds(server.pid) - before) * 1000 / requests
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def main() -> int:

@@ -14,14 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from http.client import HTTPConnection
 from pathlib import Path
 
-from observability_cost import BODY, HERE, SERVER, TOKEN, cpu_seconds, free_port
+from observability_cost import BODY, HERE, TOKEN, cpu_seconds, shim_env, shim_serving
 
 from acceptance.stats import percentile
 from tests.otlp_receiver import OtlpReceiver
@@ -29,28 +27,11 @@ from tests.otlp_receiver import OtlpReceiver
 
 def measure(tree: Path, endpoint: str | None, requests: int, log_path: Path) -> tuple[float, list[float]]:
     """(shim CPU ms per request, each request's latency in ms)."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(tree), "INTERN_DECISION_API_TOKEN": TOKEN,
-           "INTERN_DECISION_TRITON_API_KEY": "triton-key-" + TOKEN, "INTERN_DECISION_METRICS_PORT": str(free_port()),
-           "INTERN_DECISION_DRAIN_SECONDS": "0.1"}
+    env = {**shim_env(tree), "INTERN_DECISION_DRAIN_SECONDS": "0.1"}
     env.pop("INTERN_DECISION_OTLP_ENDPOINT", None)
     if endpoint is not None:
         env["INTERN_DECISION_OTLP_ENDPOINT"] = endpoint
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen([sys.executable, "-c", SERVER, "as-is", str(port)], env=env, cwd=tree,
-                                  stdout=log, stderr=subprocess.STDOUT)
-    try:
-        connection = HTTPConnection("127.0.0.1", port, timeout=10)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                connection.request("GET", "/health")
-                connection.getresponse().read()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and server.poll() is None, log_path.read_text()[-2000:]
-                connection = HTTPConnection("127.0.0.1", port, timeout=10)
-                time.sleep(0.1)
+    with shim_serving(tree, "as-is", env, log_path) as (server, connection):
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
                    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
         for _ in range(200):  # warm-up
@@ -66,9 +47,6 @@ def measure(tree: Path, endpoint: str | None, requests: int, log_path: Path) -> 
             latencies.append((time.perf_counter() - started) * 1000)
             assert response.status == 200, response.status
         return (cpu_seconds(server.pid) - before) * 1000 / requests, latencies
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def main() -> int:
