@@ -184,18 +184,24 @@ class Roster:
         return found
 
 
-def source_of(peer: Peer) -> Peer:
-    """The source a peer counts as: its IPv4 address (an IPv4-mapped IPv6 one included), or its IPv6 address's /64,
-    as HAProxy keys its stick tables; anything else (None, a Unix socket's path) as it is."""
-    if peer is None:
-        return None
+def _ip(peer: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The peer's IP address, an IPv4-mapped IPv6 one as IPv4; None when it is not one (a Unix socket's path)."""
     try:
         address = ipaddress.ip_address(peer.split("%", 1)[0])
     except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def source_of(peer: Peer) -> Peer:
+    """The source a peer counts as: its IPv4 address (an IPv4-mapped IPv6 one included), or its IPv6 address's /64,
+    as HAProxy keys its stick tables; anything else (None, a Unix socket's path) as it is."""
+    address = None if peer is None else _ip(peer)
+    if address is None:
         return peer
     if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
         return str(ipaddress.IPv6Network((address, 64), strict=False))
     return str(address)
 
@@ -206,14 +212,7 @@ def address_matcher(networks: Iterable[str]) -> Callable[[Peer], bool]:
     parsed = tuple(ipaddress.ip_network(network.strip(), strict=False) for network in networks)
 
     def matches(peer: Peer) -> bool:
-        if peer is None:
-            return True
-        try:
-            address = ipaddress.ip_address(peer.split("%", 1)[0])
-        except ValueError:
-            return True
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        return any(address in network for network in parsed)
+        address = None if peer is None else _ip(peer)
+        return address is None or any(address in network for network in parsed)
 
     return matches
