@@ -105,17 +105,22 @@ def headers(count: int) -> bytes:
     return b"GET /health HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % n for n in range(count - 1)) + b"Host: x\r\n\r\n"
 
 
+def refused_and_closed(address, request: bytes, status: int) -> dict:
+    """The envelope's error of a refusal answered with `status`, an id and Connection: close, then closed."""
+    with connect(address) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(request)
+        answer = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status) and b"x-request-id: " in head and b"connection: close" in head
+    return json.loads(body)["error"]
+
+
 def test_headers_past_their_count_are_431_in_the_envelope_and_closed(address):
     with connect(address) as sock:
         sock.sendall(headers(server.MAX_HEADERS))
         assert read_response(sock).startswith(b"HTTP/1.1 200 ")  # 100 headers: served
-    with connect(address) as sock:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            sock.sendall(headers(server.MAX_HEADERS + 1))
-        answer = read_until_closed(sock)
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 431 ") and b"x-request-id: " in head and b"connection: close" in head
-    error = json.loads(body)["error"]
+    error = refused_and_closed(address, headers(server.MAX_HEADERS + 1), 431)
     assert error["code"] == "request_header_too_large" and "more than 100 headers" in error["message"]
 
 
@@ -149,13 +154,7 @@ def test_a_body_past_its_chunk_count_is_413_in_the_envelope_and_closed(address):
     with connect(address) as sock:
         sock.sendall(chunked_post(server.MAX_BODY_CHUNKS))
         assert read_response(sock).startswith(b"HTTP/1.1 422 ")  # 1024 chunks: read, and the app answers
-    with connect(address) as sock:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            sock.sendall(chunked_post(server.MAX_BODY_CHUNKS + 1))
-        answer = read_until_closed(sock)
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 413 ") and b"x-request-id: " in head and b"connection: close" in head
-    error = json.loads(body)["error"]
+    error = refused_and_closed(address, chunked_post(server.MAX_BODY_CHUNKS + 1), 413)
     assert error["code"] == "request_too_large" and "(MAX_BODY_CHUNKS)" in error["message"]
     with connect(address) as sock:
         assert serves_health(sock)
