@@ -18,6 +18,7 @@ from wire.facts import ModelFacts
 
 from .checkpoint import StartupRefused, load_inference_module, verify_snapshot_path
 from .graph_start import GraphState, WarmUp, start_graphs
+from .graphs import OFF
 from .guard import CallGuard
 from .kernels import kernel_facts, slow_path_refusal
 from .offline import set_offline
@@ -116,7 +117,7 @@ def apply_vram_cap(torch: Any, device: str, cap_gib: float | None) -> None:
 
 class ServingEngine:
     def __init__(self, settings: Settings, device: str, module: ModuleType, engine: Any, guard: CallGuard,
-                 facts: ModelFacts, graphs: GraphState = GraphState("off", "", None)):
+                 facts: ModelFacts, graphs: GraphState = GraphState(OFF, "", None)):
         self.settings = settings
         self.device = device
         self._module = module
