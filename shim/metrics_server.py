@@ -2,15 +2,20 @@
 bounded in time and number, per address too (docs/operations.md, "Reliability and limits")."""
 from __future__ import annotations
 
+import collections
+import contextlib
 import io
 import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from .server.roster import source_of
 
 # One connection past the bounds is answered 503 at once and closed. A scrape takes milliseconds, and Prometheus
 # waits 10 s at most (its default scrape_timeout).
@@ -75,58 +80,95 @@ class _Handler(WSGIRequestHandler):
         self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline, now + FIRST_BYTE_SECONDS))
         self.wfile = _DeadlineWriter(self.connection, deadline)
 
+    def parse_request(self) -> bool:
+        whole = super().parse_request()
+        if whole:
+            self.server.request_read(self.request)
+        return whole
+
     def log_message(self, format, *args) -> None:  # no access log: Prometheus scrapes every few seconds
         pass
 
 
+@dataclass(eq=False)
+class _Held:
+    source: str
+    sock: socket.socket
+    opened_at: float
+    read_whole: bool = False  # its request head is in: it is being answered, and never gives way
+    gave_way: bool = False  # closed for a lighter source's connection, which took its slot
+
+
 class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
     """prometheus-client's WSGI app behind wsgiref's server, bounded: DEADLINE_SECONDS per connection, from its
-    accept to its answer's last byte (a half-sent request, or an answer read slowly, holds a thread no longer),
-    FIRST_BYTE_SECONDS to its first byte, and MAX_CONNECTIONS handled at once, max_per_peer of them from one address
-    (a few silent sockets from one place never hold every scrape)."""
+    accept to its answer's last byte, FIRST_BYTE_SECONDS to its first byte, MAX_CONNECTIONS at once, max_per_peer
+    from one source; when full, the heaviest source's oldest connection still sending its request gives way to a
+    lighter source's (docs/operations.md, "Reliability and limits")."""
 
     daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 drops a burst of connects' SYNs: a scrape then waits seconds
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, deadline_seconds: float,
                  max_connections: int, max_per_peer: int = MAX_PER_PEER):
         self.address_family = family
         self.deadline_seconds = deadline_seconds
-        self._slots = threading.BoundedSemaphore(max_connections)
+        self._max_connections = max_connections
         self._max_per_peer = max_per_peer
-        self._per_peer: dict[str, int] = {}
-        self._peers_lock = threading.Lock()
+        self._held: dict[socket.socket, _Held] = {}
+        self._per_source: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
         super().__init__(address, _Handler)
 
-    def _take_peer_slot(self, peer: str) -> bool:
-        with self._peers_lock:
-            held = self._per_peer.get(peer, 0)
-            if held >= self._max_per_peer:
+    def _admit(self, request: socket.socket, source: str) -> bool:
+        with self._lock:
+            mine = self._per_source[source]
+            if mine >= self._max_per_peer:
                 return False
-            self._per_peer[peer] = held + 1
+            if len(self._held) >= self._max_connections:
+                giving = self._giving_way(mine)
+                if giving is None:
+                    return False
+                giving.gave_way = True
+                del self._held[giving.sock]
+                self._per_source[giving.source] -= 1
+                with contextlib.suppress(OSError):
+                    giving.sock.shutdown(socket.SHUT_RDWR)  # its thread sees the close and ends
+            self._held[request] = _Held(source, request, time.monotonic())
+            self._per_source[source] += 1
             return True
 
-    def _free_peer_slot(self, peer: str) -> None:
-        with self._peers_lock:
-            left = self._per_peer[peer] - 1
-            if left:
-                self._per_peer[peer] = left
-            else:
-                del self._per_peer[peer]
+    def _giving_way(self, mine: int) -> _Held | None:
+        """The oldest connection still sending its request, of the source holding the most, if it holds more."""
+        waiting = [held for held in self._held.values() if not held.read_whole]
+        if not waiting:
+            return None
+        heaviest = max(self._per_source[held.source] for held in waiting)
+        if heaviest <= mine:
+            return None
+        return min((held for held in waiting if self._per_source[held.source] == heaviest),
+                   key=lambda held: held.opened_at)
+
+    def request_read(self, request: socket.socket) -> None:
+        with self._lock:
+            if (held := self._held.get(request)) is not None:
+                held.read_whole = True
+
+    def _release(self, request: socket.socket) -> None:
+        with self._lock:
+            held = self._held.pop(request, None)
+            if held is not None:
+                self._per_source[held.source] -= 1
+                if not self._per_source[held.source]:
+                    del self._per_source[held.source]
 
     def process_request(self, request, client_address) -> None:
-        peer = str(client_address[0])
-        if not self._take_peer_slot(peer):
-            self._refuse(request)
-            return
-        if not self._slots.acquire(blocking=False):
-            self._free_peer_slot(peer)
+        if not self._admit(request, source_of(str(client_address[0]))):
             self._refuse(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
-            self._free_peer_slot(peer)
+            self._release(request)
             raise
 
     def _refuse(self, request) -> None:
@@ -141,8 +183,7 @@ class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
-            self._free_peer_slot(str(client_address[0]))
+            self._release(request)
 
     def handle_error(self, request, client_address) -> None:
         """A client gone, or out of time, is no error of the server's."""

@@ -4,6 +4,7 @@ them; and the metrics server's deadline and bound over real sockets."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
@@ -479,13 +480,15 @@ def test_the_metrics_server_closes_a_request_trickled_past_its_deadline(metrics_
         assert time.monotonic() - started < 10, "still reading the trickle"
 
 
-def test_the_metrics_server_answers_503_beyond_its_connections_at_once(metrics_server):
+def test_the_metrics_server_answers_503_beyond_its_connections_when_none_gives_way(metrics_server):
+    """Full, and the newcomer's source holds as many as any other: nothing gives way."""
     held = [socket.create_connection(metrics_server, timeout=10, source_address=(f"127.0.0.{2 + n}", 0))
             for n in range(2)]  # from two addresses: the bound at once, not one address's share
     try:
         for sock in held:
             sock.sendall(b"GET /")
-        with socket.create_connection(metrics_server, timeout=10, source_address=("127.0.0.4", 0)) as sock:
+        time.sleep(0.1)
+        with socket.create_connection(metrics_server, timeout=10, source_address=("127.0.0.2", 0)) as sock:
             sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
             refused = closed_within(sock, 10)
     finally:
@@ -500,6 +503,63 @@ def test_the_metrics_server_answers_503_beyond_its_connections_at_once(metrics_s
         except OSError:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def scrape_from(address, source: str) -> bytes:
+    with socket.create_connection(address, timeout=10, source_address=(source, 0)) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        return closed_within(sock, 10)
+
+
+@pytest.mark.parametrize("sources", [2, 16])
+def test_a_full_metrics_server_takes_a_lighter_sources_scrape_from_the_heaviest_sources_oldest_connection(sources):
+    """Attackers at `sources` addresses hold every connection, half-sent: a scrape from another address is served at
+    once, in the place of the oldest connection of a source holding the most."""
+    served = metrics_http.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=9, max_connections=4)
+    address = served.server_address[:2]
+    attackers = [f"127.0.9.{1 + n}" for n in range(sources)]
+    held = [socket.create_connection(address, timeout=10, source_address=(attackers[n % sources], 0))
+            for n in range(2 * sources)]
+    try:
+        for sock in held:
+            with contextlib.suppress(OSError):
+                sock.sendall(b"GET /")
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert scrape_from(address, "127.0.8.1").startswith(b"HTTP/1.0 200 ")
+        assert time.monotonic() - started < 1
+        assert closed_within(held[0], 5) == b""  # the first of the sources that each hold the most
+    finally:
+        for sock in held:
+            sock.close()
+        served.shutdown()
+        served.server_close()
+
+
+def test_a_metrics_connection_being_answered_never_gives_way():
+    """The heaviest source's oldest connection is being answered (its request read whole): its newer, half-sent one
+    gives way instead."""
+    served = metrics_http.serve(metrics.ShimMetrics().registry, "127.0.0.1", 0, deadline_seconds=9, max_connections=2)
+
+    def slow(environ, start_response):
+        time.sleep(0.5)
+        start_response("200 OK", [("Content-Length", "2")])
+        return [b"ok"]
+
+    served.set_app(slow)
+    address = served.server_address[:2]
+    try:
+        with socket.create_connection(address, timeout=10, source_address=("127.0.9.1", 0)) as answered, \
+                socket.create_connection(address, timeout=10, source_address=("127.0.9.1", 0)) as half_sent:
+            answered.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            half_sent.sendall(b"GET /")
+            time.sleep(0.1)
+            assert scrape_from(address, "127.0.8.1").startswith(b"HTTP/1.0 200 ")
+            assert closed_within(half_sent, 5) == b""
+            assert closed_within(answered, 5).startswith(b"HTTP/1.0 200 ")
+    finally:
+        served.shutdown()
+        served.server_close()
 
 
 def test_one_address_holds_at_most_its_share_of_the_metrics_connections():
