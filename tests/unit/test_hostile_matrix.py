@@ -36,7 +36,9 @@ from starlette.routing import Route
 
 from devstack.haproxy import HAProxyServer
 from devstack.process import free_port
+from shim import metrics_server
 from shim.app import create_app
+from shim.playground.routes import PlaygroundPages
 from shim.settings import ShimSettings
 from tests.raw_http import pipelined, read_until_closed_or, status_lines
 from tests.unit.fake_model import FakeModel
@@ -45,6 +47,7 @@ from tests.unit.shim_helpers import AUTH, TOKEN, decide_body, options, shared_bo
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTH_P99_SECONDS = 0.5
+METRICS_PER_SOURCE = metrics_server.MAX_PER_PEER
 MAX_BODY_BYTES = 64 * 1024
 MAX_DECODE_RATIO = 200
 # The production defaults' proportions, an eighth of them: MAX_QUEUE 32, one address's share of connections 64 at
@@ -65,7 +68,7 @@ SHIM_ENV = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY"
             "INTERN_DECISION_MAX_BODY_BYTES": str(MAX_BODY_BYTES), "INTERN_DECISION_MAX_QUEUE": str(MAX_QUEUE),
             "INTERN_DECISION_MAX_DECODE_RATIO": str(MAX_DECODE_RATIO), "INTERN_DECISION_PROBE_SECONDS": "3600",
             "INTERN_DECISION_DRAIN_SECONDS": "0.2", "INTERN_DECISION_HEADER_TIMEOUT_SECONDS": "2",
-            "INTERN_DECISION_BODY_TIMEOUT_SECONDS": "1", "INTERN_DECISION_PLAYGROUND": "0",
+            "INTERN_DECISION_BODY_TIMEOUT_SECONDS": "1", "INTERN_DECISION_PLAYGROUND": "1",
             # Each model call takes a few milliseconds, as a real one takes longer: the lock is held, and an
             # attacker's requests keep the queue full while they last.
             "FAKE_CALL_SECONDS": "0.005"}
@@ -73,11 +76,13 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Ve
 
 
 def routes_of_the_app() -> tuple[list[str], list[str]]:
-    """The app's POST and GET routes' paths, as the shim under attack is configured."""
+    """The app's POST and GET routes' paths, as the shim under attack is configured: the playground's pages are GETs
+    too (not "/", which points to them)."""
     app = create_app(ShimSettings.from_env(SHIM_ENV), FakeModel())
     routes = [route for route in app.routes if isinstance(route, Route)]
+    pages = [path for route in app.routes if isinstance(route, PlaygroundPages) for path in route.paths if path != "/"]
     return (sorted(route.path for route in routes if "POST" in route.methods),
-            sorted(route.path for route in routes if "GET" in route.methods))
+            sorted([*(route.path for route in routes if "GET" in route.methods), *pages]))
 
 
 POSTS, GETS = routes_of_the_app()
@@ -180,16 +185,17 @@ def request(method: str, path: str, body: bytes = b"", *, length: int | None = N
 class Front:
     name: str
     port: int
+    metrics_port: int  # the shim's own, behind either front
     # the connections one address's attacks open (8 more): past what the front lets one address hold, and at the
     # shim past what it holds at once, all sources together
     capacity: int
     log_text: Callable[[], str] = lambda: ""  # the balancer's log, where a slow answer's timings are read
 
-    def connect(self, source: str, timeout: float = 5.0) -> socket.socket:
+    def connect(self, source: str, timeout: float = 5.0, port: int | None = None) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         sock.bind((source, 0))
-        sock.connect(("127.0.0.1", self.port))
+        sock.connect(("127.0.0.1", port or self.port))
         return sock
 
     def client(self, source: str) -> httpx.Client:
@@ -237,16 +243,18 @@ def shim_process(folder: Path, port: int, **env: str) -> Iterator[None]:
 @pytest.fixture(scope="module", params=["shim", "balancer"])
 def front(request, tmp_path_factory) -> Iterator[Front]:
     folder = tmp_path_factory.mktemp(request.param)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     if request.param == "shim":
         with shim_process(folder, port, INTERN_DECISION_MAX_CONNECTIONS=str(SHIM_MAX_CONNECTIONS),
-                          INTERN_DECISION_MAX_CONNECTIONS_PER_PEER=str(PER_SOURCE)):
-            yield Front("shim", port, SHIM_MAX_CONNECTIONS)
+                          INTERN_DECISION_MAX_CONNECTIONS_PER_PEER=str(PER_SOURCE),
+                          INTERN_DECISION_METRICS_PORT=str(metrics_port)):
+            yield Front("shim", port, metrics_port, SHIM_MAX_CONNECTIONS)
         return
     # Behind the balancer every client shares its address: the shim's share is the balancer's (exempt), its
     # connections above the balancer's to it.
     with shim_process(folder, port, INTERN_DECISION_MAX_CONNECTIONS=str(SHIM_MAX_CONNECTIONS),
-                      INTERN_DECISION_BALANCER_ADDRESSES="127.0.0.1/32"):
+                      INTERN_DECISION_BALANCER_ADDRESSES="127.0.0.1/32",
+                      INTERN_DECISION_METRICS_PORT=str(metrics_port)):
         haproxy = HAProxyServer([("shim", f"127.0.0.1:{port}")], folder / "haproxy", check_inter="200ms",
                                 maxconn=BALANCER_MAXCONN, per_source_connections=PER_SOURCE,
                                 per_source_requests=100_000, rate_period="10s", server_maxconn=PER_SOURCE,
@@ -255,7 +263,7 @@ def front(request, tmp_path_factory) -> Iterator[Front]:
         try:
             haproxy.start().wait_ready(timeout=30)
             # one address holds PER_SOURCE of the balancer's connections: opening as many as the shim holds is past it
-            yield Front("balancer", haproxy.port, SHIM_MAX_CONNECTIONS, haproxy.log_text)
+            yield Front("balancer", haproxy.port, metrics_port, SHIM_MAX_CONNECTIONS, haproxy.log_text)
         finally:
             haproxy.stop()
 
@@ -277,9 +285,9 @@ class Sockets:
     def __init__(self):
         self.held: list[socket.socket] = []
 
-    def open(self, front: Front, source: str) -> socket.socket | None:
+    def open(self, front: Front, source: str, port: int | None = None) -> socket.socket | None:
         try:
-            sock = front.connect(source, timeout=1)
+            sock = front.connect(source, timeout=1, port=port)
         except OSError:  # the front's backlog full: that connection is not made
             return None
         self.held.append(sock)
@@ -547,7 +555,7 @@ def victim_is_served(front: Front, entry: str, source: str) -> list[str]:
 
 def test_the_matrix_has_every_post_route_of_the_app_as_an_entry():
     assert set(ENTRY_BODIES) == set(POSTS), "each POST route needs its attack bodies here, and only those"
-    assert "/health" in GETS and len(GETS) >= 3
+    assert {"/health", "/playground"} <= set(GETS) and len(GETS) >= 4
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -567,10 +575,21 @@ def test_a_victim_at_another_address_is_served_while_an_attack_runs(front, attac
         line for line in front.log_text().splitlines() if line.startswith(victim + ":") and "/health" in line][-40:])
 
 
-# -- count bounds and many sources: each attack also records what the attacker met, and the cell asserts it met its
-# bound (an answer in the envelope, or its connection refused), not only that the victim was served.
+# -- bounds met, from 1 and from 16 sources: each attack also records what the attacker met, and the cell asserts it
+# met its bound (an answer in the envelope, or its connection refused), not only that the victim was served.
 
 HEALTH_SAMPLES = 100  # the victim's /health answers a cell's p99 is read over, at least
+
+
+def status_line(sock: socket.socket, seconds: float = 3.0) -> bytes:
+    """The answer's first line, or what came before the server closed (or before `seconds`)."""
+    received = b""
+    while b"\r\n" not in received:
+        more = read_until_closed_or(sock, 1, seconds=seconds)
+        if not more:
+            break
+        received += more
+    return received
 
 
 class Met:
@@ -580,52 +599,95 @@ class Met:
         self.seen: list[int | str] = []
         self._lock = threading.Lock()
 
-    def note(self, sock: socket.socket) -> None:
-        answer = read_until_closed_or(sock, 1 << 16, seconds=3)
+    def note(self, sock: socket.socket | None) -> None:
+        answer = b"" if sock is None else status_line(sock)
+        status = answer.split(b" ", 2)[1] if answer.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")) else b""
         with self._lock:
-            self.seen.append(int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else "closed")
+            self.seen.append(int(status) if status.isdigit() else "closed")
 
 
-def header_flood(front: Front, entry: str, source: str, met: Met):
-    """13,000 empty headers per request (64 KiB), on a new connection each time: 15–30 ms of the loop each before
-    the count bound."""
+def sources_of(source: str, count: int) -> list[str]:
+    """`count` attacker addresses beside `source`'s: the address itself when one."""
+    network = source.rsplit(".", 1)[0]
+    return [source] if count == 1 else [f"{network}.{10 + n}" for n in range(count)]
+
+
+def flooding(front: Front, sources: list[str], met: Met, data: Callable[[int], bytes], port: int | None = None):
+    """Each worker sends `data(worker)` on a new connection from its source, again and again, and notes the answer;
+    as many workers as one address may hold connections, or one per source."""
+
+    def send(worker: int, stop: threading.Event) -> None:
+        with contextlib.closing(front.connect(sources[worker % len(sources)], port=port)) as sock:
+            send_quietly(sock, data(worker))
+            met.note(sock)
+
+    return looping(max(ATTACK_CLIENTS, len(sources)), send)
+
+
+def header_flood(front: Front, entry: str, sources: list[str], met: Met):
+    """13,000 empty headers per request (64 KiB): 15–30 ms of the loop each before the count bound."""
     method, path = target(entry, 0)
     head = request(method, path, small_valid(path) if method == "POST" else b"").split(b"\r\n\r\n")
     flood = head[0] + b"\r\n" + b"a:\r\n" * 13_000 + b"\r\n" + head[1]
-
-    def send(worker: int, stop: threading.Event) -> None:
-        with contextlib.closing(front.connect(source)) as sock:
-            send_quietly(sock, flood)
-            met.note(sock)
-
-    return looping(ATTACK_CLIENTS, send)
+    return flooding(front, sources, met, lambda worker: flood)
 
 
-def chunk_flood(front: Front, entry: str, source: str, met: Met):
-    """A body of 1-byte chunks, twice the chunk bound, on a new connection each time."""
+def chunk_flood(front: Front, entry: str, sources: list[str], met: Met):
+    """A body of 1-byte chunks, twice the chunk bound."""
     method, path = target(entry, 0)
     body = body_for(entry, small_valid)
     padded = (body + b" " * (2 * MAX_BODY_CHUNKS))[:2 * MAX_BODY_CHUNKS]
     chunks = b"".join(b"1\r\n%c\r\n" % byte for byte in padded)
-    head = b"\r\n".join(line for line in request("GET", path).split(b"\r\n\r\n")[0].split(b"\r\n"))
+    head = request("GET", path).split(b"\r\n\r\n")[0]
     flood = (head.replace(b"GET ", method.encode() + b" ", 1) + b"\r\nContent-Type: application/json\r\n"
              b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
+    return flooding(front, sources, met, lambda worker: flood)
 
-    def send(worker: int, stop: threading.Event) -> None:
-        with contextlib.closing(front.connect(source)) as sock:
-            send_quietly(sock, flood)
-            met.note(sock)
 
-    return looping(ATTACK_CLIENTS, send)
+def tokenless(head: bytes) -> bytes:
+    return b"\r\n".join(line for line in head.split(b"\r\n") if not line.startswith(b"Authorization:"))
+
+
+def tokenless_bodies_past_the_size_limit(front: Front, entry: str, sources: list[str], met: Met):
+    """No token, twice MAX_BODY_BYTES: refused before a byte of the body is read (or at the balancer, by its size)."""
+    body = b" " * (2 * MAX_BODY_BYTES)
+    return flooding(front, sources, met, lambda worker: tokenless(request("POST", entry, body)))
+
+
+def bodies_past_the_size_limit(front: Front, entry: str, sources: list[str], met: Met):
+    body = small_valid(entry) + b" " * (2 * MAX_BODY_BYTES)
+    return flooding(front, sources, met, lambda worker: request("POST", entry, body))
+
+
+def gzip_past_the_decode_ratio(front: Front, entry: str, sources: list[str], met: Met):
+    """A small gzip that decodes to 16 times MAX_BODY_BYTES: refused as the decoded bytes pass the ratio."""
+    body = gzip.compress(small_valid(entry) + b" " * (16 * MAX_BODY_BYTES), mtime=0)
+    return flooding(front, sources, met, lambda worker: request("POST", entry, body, encoding="gzip"))
+
+
+# HTTP/2's connection preface and an empty SETTINGS frame: a client that speaks HTTP/2 without asking first.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def http2_without_upgrade(front: Front, entry: str, sources: list[str], met: Met):
+    return flooding(front, sources, met, lambda worker: HTTP2_PREFACE)
+
+
+def mcp_get_and_delete(front: Front, entry: str, sources: list[str], met: Met):
+    """GET /mcp (a client asking for a server-sent event stream) and DELETE /mcp (a session's end), with and
+    without the token: no stream is opened and nothing is held."""
+    def data(worker: int) -> bytes:
+        head = request("GET", "/mcp").replace(b"GET ", (b"GET ", b"DELETE ")[worker % 2], 1)
+        return head if worker % 4 < 2 else tokenless(head.split(b"\r\n\r\n")[0]) + b"\r\n\r\n"
+
+    return flooding(front, sources, met, data)
 
 
 @contextlib.contextmanager
-def many_sources_trickling_heads(front: Front, entry: str, source: str, met: Met) -> Iterator[None]:
-    """MANY_SOURCES addresses, each holding one more trickled head than its share: together far more than the
-    front's connections. The head past each source's share is refused (a 503 at its first byte at the shim; refused
-    as it connects at the balancer), and at the shim a new source takes the heaviest source's oldest head."""
-    network = source.rsplit(".", 1)[0]
-    sources = [f"{network}.{10 + n}" for n in range(MANY_SOURCES)]
+def trickling_heads_past_the_share(front: Front, entry: str, sources: list[str], met: Met) -> Iterator[None]:
+    """Each source holds its share of trickled heads and one more: with 16 sources, far more than the front's
+    connections. The head past each source's share is refused (a 503 at its first byte at the shim; refused as it
+    connects at the balancer), and at the shim a new source takes the heaviest source's oldest head."""
     starts = [request(*target(entry, index)).split(b"\r\n\r\n")[0] + b"\r\nX-Trickle: "
               for index in range(PER_SOURCE)]
     held = Sockets()
@@ -649,37 +711,96 @@ def many_sources_trickling_heads(front: Front, entry: str, source: str, met: Met
             yield
     finally:
         for sock in extra:
-            if sock is None:
-                met.seen.append("closed")
-            else:
-                met.note(sock)
+            met.note(sock)
         held.close()
 
 
-COUNT_ATTACKS = {attack.__name__: attack for attack in (header_flood, chunk_flood, many_sources_trickling_heads)}
-# What each attack's requests may meet, by front: the bound it names (HAProxy refuses past 100 headers itself,
-# 400; it forwards a chunked body re-chunked by its buffers, so the shim's chunk bound is not what meets it there:
-# its POSTs in flight and the shim's body bounds are). "closed" at the balancer: a connection past the source's
-# share, refused as it connects.
-BOUNDS = {
-    ("header_flood", "shim"): {431}, ("header_flood", "balancer"): {400, "closed"},
-    ("chunk_flood", "shim"): {413}, ("chunk_flood", "balancer"): {200, 413, 422, 429, "closed"},
-    ("many_sources_trickling_heads", "shim"): {503, "closed"},
-    ("many_sources_trickling_heads", "balancer"): {"closed"},
+POST_ENTRY = "/v1/systemone"
+SHARE = 429  # past the source's POSTs in flight (the balancer's share, or the shim's queue share)
+# Each attack, the entries it aims at, and by front what its requests must meet at least once (the bound it names)
+# and what else they may meet. HAProxy refuses past 100 headers itself (400) and a declared body past its size
+# (413). It forwards a chunked body re-chunked by its buffers, so no chunk bound meets a chunk flood there: a GET is
+# answered, a POST meets its share or the shim's body bounds, and the victim's side is what such a cell holds.
+# "closed" at the balancer: a connection past the source's share, refused as it connects.
+COUNT_ATTACKS = {
+    header_flood: ([GET_ENTRY, POST_ENTRY], {"shim": ({431}, set()), "balancer": ({400}, {"closed"})}),
+    chunk_flood: ([GET_ENTRY, POST_ENTRY], {"shim": ({413}, set()),
+                                            "balancer": ({200, 413, SHARE, "closed"}, {422})}),
+    trickling_heads_past_the_share: ([GET_ENTRY, POST_ENTRY], {"shim": ({503, "closed"}, set()),
+                                                               "balancer": ({"closed"}, set())}),
+    tokenless_bodies_past_the_size_limit: ([POST_ENTRY, "/mcp"], {"shim": ({401}, set()),
+                                                                  "balancer": ({401, 413}, {"closed"})}),
+    bodies_past_the_size_limit: ([POST_ENTRY, "/mcp"], {"shim": ({413}, {SHARE}), "balancer": ({413}, {SHARE, "closed"})}),
+    gzip_past_the_decode_ratio: ([POST_ENTRY, "/mcp"], {"shim": ({413}, {SHARE}), "balancer": ({413}, {SHARE, "closed"})}),
+    http2_without_upgrade: ([GET_ENTRY], {"shim": ({400}, set()), "balancer": ({400, "closed"}, set())}),
+    mcp_get_and_delete: (["/mcp"], {"shim": ({401, 405}, set()), "balancer": ({401, 405}, {"closed"})}),
 }
+COUNT_CELLS = [pytest.param(attack.__name__, entry, sources, id=f"{attack.__name__}-{entry}-{sources}")
+               for attack, (entries, _) in COUNT_ATTACKS.items() for entry in entries for sources in (1, MANY_SOURCES)]
+BOUNDS = {attack.__name__: bounds for attack, (_, bounds) in COUNT_ATTACKS.items()}
 
 
-@pytest.mark.parametrize("entry", [GET_ENTRY, "/v1/systemone"])
-@pytest.mark.parametrize("attack", list(COUNT_ATTACKS))
-def test_an_attacker_meets_its_bound_while_a_victim_is_served(front, attack, entry):
-    attacker, victim = addresses()
-    met = Met()
-    with COUNT_ATTACKS[attack](front, entry, attacker, met), HealthWatch(front, victim, 0.005) as health:
-        unserved = victim_is_served(front, entry, victim)
+def watched_while(attack: contextlib.AbstractContextManager, front: Front, victim: str,
+                  served: Callable[[], list[str]]) -> tuple[list[str], HealthWatch]:
+    """Runs the attack while the victim is served and /health watched from its address over HEALTH_SAMPLES."""
+    with attack, HealthWatch(front, victim, 0.005) as health:
+        unserved = served()
         while len(health.seconds) < HEALTH_SAMPLES and not unserved:
             time.sleep(0.1)
-        unserved = unserved or victim_is_served(front, entry, victim)
+        unserved = unserved or served()
+    return unserved, health
+
+
+def assert_bounded(unserved: list[str], health: HealthWatch, met: Met, bounds: tuple[set, set]) -> None:
+    """The victim served, /health quick, and the attacker met its bound at least once and nothing it may not meet."""
+    named, also = bounds
     assert not unserved, unserved
     assert not health.failures, health.failures
     assert len(health.seconds) >= HEALTH_SAMPLES and health.p99() < HEALTH_P99_SECONDS, sorted(health.seconds)[-5:]
-    assert met.seen and set(met.seen) <= BOUNDS[attack, front.name], met.seen
+    assert set(met.seen) & named and set(met.seen) <= named | also, met.seen
+
+
+@pytest.mark.parametrize("attack, entry, sources", COUNT_CELLS)
+def test_an_attacker_meets_its_bound_while_a_victim_is_served(front, attack, entry, sources):
+    attacker, victim = addresses()
+    met = Met()
+    attacking = {each.__name__: each for each in COUNT_ATTACKS}[attack](front, entry, sources_of(attacker, sources), met)
+    unserved, health = watched_while(attacking, front, victim, lambda: victim_is_served(front, entry, victim))
+    assert_bounded(unserved, health, met, BOUNDS[attack][front.name])
+
+
+def scrape(front: Front, source: str) -> list[str]:
+    """What a scrape of the shim's metrics from `source` is not served."""
+    try:
+        with httpx.Client(timeout=VICTIM_TIMEOUT_SECONDS, transport=httpx.HTTPTransport(local_address=source)) as client:
+            answer = client.get(f"http://127.0.0.1:{front.metrics_port}/metrics")
+    except httpx.HTTPError as exc:
+        return [repr(exc)]
+    return [] if answer.status_code == 200 and b"intern_decision_shim" in answer.content else [str(answer.status_code)]
+
+
+@pytest.mark.parametrize("front", ["shim"], indirect=True)
+@pytest.mark.parametrize("sources", [1, MANY_SOURCES])
+def test_an_attacker_meets_the_metrics_ports_bounds_while_a_scrape_is_served(front, sources):
+    """Each source holds its share of the metrics port's connections half-sent, and one more: past its share it is
+    refused (503), and when the port is full the heaviest source's oldest waiting connection gives way (closed)."""
+    attacker, victim = addresses()
+    met = Met()
+
+    @contextlib.contextmanager
+    def holding() -> Iterator[None]:
+        held, extra = Sockets(), []
+        for each in sources_of(attacker, sources):
+            for _ in range(METRICS_PER_SOURCE):
+                send_quietly(held.open(front, each, port=front.metrics_port), b"GET /metr")
+            extra.append(front.connect(each, port=front.metrics_port))
+        time.sleep(0.1)
+        try:
+            yield
+        finally:
+            for sock in extra:
+                met.note(sock)
+            held.close()
+
+    unserved, health = watched_while(holding(), front, victim, lambda: scrape(front, victim))
+    assert_bounded(unserved, health, met, ({503, "closed"}, set()))
