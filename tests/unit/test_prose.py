@@ -1,9 +1,8 @@
-"""The service's prose stays short: each module says what it is and why in a few lines, a package's __init__ adds its
-map, and docstrings and comments stay a small share of the service's lines (the rest is in docs/)."""
+"""The service's prose stays short: each module says what it is and why in a few lines, and docstrings and comments
+stay a small share of the service's lines (the rest is in docs/, the packages' maps in docs/architecture.md)."""
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,6 @@ SERVICE = ("shim", "wire", "intern_decision_model", "model_repository")
 MODULES = sorted(path for top in SERVICE for path in (ROOT / top).rglob("*.py"))
 MAX_MODULE_DOCSTRING_LINES = 5
 MAX_PROSE_PERCENT = 14
-# A map entry, as tests/unit/test_layout.py reads a package's map.
-MAP_ENTRY = re.compile(r"^([a-z_][a-z0-9_]*(?:/|\.json)?)(?: {2,}|$)", re.M)
 
 
 def docstring_node(node: ast.AST) -> ast.Expr | None:
@@ -40,12 +37,9 @@ def prose_lines(path: Path) -> tuple[int, int]:
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(ROOT)))
 def test_a_module_docstring_says_what_and_why_in_at_most_five_lines(path):
-    """A package's map (one line an entry, read by test_layout) does not count; the prose around it does."""
     doc = docstring_node(ast.parse(path.read_text()))
     assert doc is not None, "every service module says what it is"
     lines = [line for line in doc.value.value.strip().splitlines() if line.strip()]
-    if path.name == "__init__.py":
-        lines = [line for line in lines if not MAP_ENTRY.match(line)]
     assert len(lines) <= MAX_MODULE_DOCSTRING_LINES, f"{len(lines)} lines: move the detail to docs/ or to its line"
 
 
