@@ -24,8 +24,7 @@ LINGER_SECONDS = 2.0
 class ConnectionLimits:
     # From a connection's opening, or a request's first byte, to the end of its headers.
     header_seconds: float = ShimSettings.header_timeout_seconds
-    # From a connection's opening to its first byte: one that has sent nothing is closed as soon as a kept-alive one
-    # that has sent nothing more would be.
+    # To a connection's first byte: closed as soon as a kept-alive one that sent nothing more would be.
     silent_seconds: float = KEEP_ALIVE_SECONDS
     # From the end of a request's headers to the end of its body.
     body_seconds: float = ShimSettings.body_timeout_seconds + BODY_GRACE_SECONDS
@@ -33,8 +32,7 @@ class ConnectionLimits:
     max_per_peer: int | None = None  # open from one client address; beyond: the same
     balancer_addresses: tuple[str, ...] = ()  # addresses or networks exempt from max_per_peer
     max_pipelined: int = MAX_PIPELINED_REQUESTS
-    # The app's health check: a GET of it refused for too many connections is still answered, then closed (None:
-    # none is). The app names it; the server knows no route.
+    # A GET of it refused for too many connections is still answered, then closed; the app names it.
     health_path: str | None = None
 
     @classmethod

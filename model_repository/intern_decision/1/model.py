@@ -63,7 +63,6 @@ class _CallTimer:
         self.call, self._started = call, time.perf_counter()
 
     def seconds(self) -> float:
-        """Seconds since the current step began."""
         return time.perf_counter() - self._started
 
 
