@@ -1,6 +1,5 @@
-"""How an INTERN_DECISION_* value is read, one rule each, for both sides: the model side's settings
-(intern_decision_model/settings.py) and the shim's (shim/settings.py). A bad value is a ValueError naming the
-variable. Also what a port number and a host:port address are, for the shim, the ping and the dev stack."""
+"""How an INTERN_DECISION_* value is read, one rule each, for both sides' settings (a bad value is a ValueError
+naming the variable), and what a port number and a host:port address are."""
 from __future__ import annotations
 
 import math
