@@ -47,8 +47,7 @@ def pong_error(status: int, body: bytes) -> str | None:
 
 
 def attempt(address: str, model: str, api_key: str, timeout: float) -> tuple[str | None, bool]:
-    """One ping: (None when the model answers it, else why not; whether it waited its whole timeout). A ping that
-    times out may only be waiting behind a long inference: wire/liveness.py tells the two apart."""
+    """(None when the model answers, else why not; whether it timed out: wire/liveness.py tells if it only waited)."""
     connection = http.client.HTTPConnection(*host_port(address), timeout=timeout)
     try:
         connection.request("POST", infer_path(model), body=BODY, headers=headers(api_key))
