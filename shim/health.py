@@ -114,8 +114,6 @@ def health_body(settings: ShimSettings, facts: ModelFacts) -> dict:
 
 
 def health_route(settings: ShimSettings, check: "HealthCheck", drain: Drain) -> Route:
-    """GET /health, bound to the app's check and drain when the app is built."""
-
     async def health(request: Request) -> JSONResponse:
         if drain.draining:
             return JSONResponse({"status": "draining", **envelope(DRAINING, "this replica is shutting down")},

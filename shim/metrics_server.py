@@ -27,8 +27,7 @@ _BUSY_ANSWER = (b"HTTP/1.0 503 Service Unavailable\r\ncontent-type: text/plain\r
 
 
 class _DeadlineReader(io.RawIOBase):
-    """A socket's reads, each allowed only what is left of the connection's deadline; the first, only what is left of
-    `first` (a connection that sends nothing is closed sooner)."""
+    """Each read allowed what is left of the connection's deadline; the first, what is left of the sooner `first`."""
 
     def __init__(self, sock: socket.socket, deadline: float, first: float):
         self._sock = sock

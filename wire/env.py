@@ -48,8 +48,7 @@ def port_number(raw: str, lowest: int = 1) -> int | None:
 
 def listen_port(env: Mapping[str, str], name: str, default: int, given: str | None = None,
                 zero_means: str | None = None) -> int:
-    """INTERN_DECISION_<name> as a port to listen on, or `given` (a command line's value) in its place; default when
-    neither is set. zero_means: 0 is allowed too, and means that (the message says so)."""
+    """`given` (a command line's value) in place of the variable; zero_means: 0 is allowed too, and means that."""
     raw = given or get(env, name) or str(default)
     port = port_number(raw, lowest=0 if zero_means else 1)
     if port is None:

@@ -1,6 +1,5 @@
 """The ping: an inference request with no calls, answered with an empty RESPONSE; it proves the stub and execute
 alive, which Triton's readiness does not (docs/wire-protocol.md, "Ping").
-
     python -m wire.ping [--url HOST:PORT] [--model NAME] [--timeout SECONDS]    # exit 0 answered, 1 not"""
 from __future__ import annotations
 

@@ -139,8 +139,6 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
-    # --- the parser's callbacks; after a refusal the rest of the read is parsed but nothing is kept
-
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return

@@ -13,8 +13,7 @@ MAX_HEADERS = 100  # header fields of one request (HAProxy and Envoy refuse past
 # Chunks of one chunked body: each costs the loop a parser callback and a copy, whatever its size.
 MAX_BODY_CHUNKS = 1024
 MAX_PIPELINED_REQUESTS = 16  # requests one connection may queue behind the one being answered
-# The server's deadline for a body comes this long after BODY_TIMEOUT_SECONDS, so that an admitted POST's own 408
-# (shim/edge/body.py, counted from admission) is answered first; the server's cuts what the app does not read.
+# After BODY_TIMEOUT_SECONDS, so that an admitted POST's own 408 (counted from admission) is answered first.
 BODY_GRACE_SECONDS = 1.0
 # After a refusal the server writes (431, the pipeline's 400), how long it still reads and drops what the client sends.
 LINGER_SECONDS = 2.0
@@ -45,6 +44,5 @@ class ConnectionLimits:
                    health_path=health_path)
 
     def roster(self) -> Roster:
-        """A new, empty roster with these bounds: a server holds one, shared by all its connections."""
         return Roster(total=self.max_connections, per_peer=self.max_per_peer,
                       exempt=address_matcher(self.balancer_addresses))
