@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ("shim", "wire", "intern_decision_model", "model_repository")
 MODULES = sorted(path for top in SERVICE for path in (ROOT / top).rglob("*.py"))
 MAX_MODULE_DOCSTRING_LINES = 5
-MAX_PROSE_PERCENT = 14
+# Over all lines, blank ones included, as uvicorn's 6.7 % and Starlette's 6.5 % are counted.
+MAX_PROSE_PERCENT = 8
 
 
 def docstring_node(node: ast.AST) -> ast.Expr | None:
@@ -23,7 +24,7 @@ def docstring_node(node: ast.AST) -> ast.Expr | None:
 
 
 def prose_lines(path: Path) -> tuple[int, int]:
-    """(docstring and comment lines, non-blank lines) of one module."""
+    """(docstring and comment lines, all lines) of one module."""
     source = path.read_text()
     lines = source.splitlines()
     in_docstrings: set[int] = set()
@@ -32,7 +33,7 @@ def prose_lines(path: Path) -> tuple[int, int]:
             if (doc := docstring_node(node)) is not None:
                 in_docstrings.update(range(doc.lineno, doc.end_lineno + 1))
     prose = sum(1 for number, line in enumerate(lines, 1) if number in in_docstrings or line.strip().startswith("#"))
-    return prose, sum(1 for line in lines if line.strip())
+    return prose, len(lines)
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(ROOT)))
@@ -46,5 +47,5 @@ def test_a_module_docstring_says_what_and_why_in_at_most_five_lines(path):
 def test_docstrings_and_comments_stay_a_small_share_of_the_service():
     prose, total = map(sum, zip(*(prose_lines(path) for path in MODULES)))
     share = 100 * prose / total
-    assert share <= MAX_PROSE_PERCENT, f"{share:.1f} % of the service's non-blank lines are docstrings and comments"
+    assert share <= MAX_PROSE_PERCENT, f"{share:.1f} % of the service's lines are docstrings and comments"
 
