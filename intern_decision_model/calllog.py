@@ -1,5 +1,5 @@
 """One JSON line per call in Triton's log (ids, outcome, sizes and time; never the state, a question or an option),
-queued off the response path: each pb_utils.Logger line is a round trip to the server (docs/operations.md, "The model's log")."""
+queued off the response path, as each pb_utils.Logger line is a round trip (docs/operations.md, "The model's log")."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 """Triton's liveness verdict, up, busy or down: a ping that timed out behind a long request is told apart from a hung
-model by the calls counter (docs/operations.md, "When the model process dies"). Standard library only (healthchecks run it)."""
+model by the calls counter (docs/operations.md, "When the model process dies"); standard library only."""
 from __future__ import annotations
 
 import re
@@ -45,7 +45,7 @@ def finished_calls(metrics_text: str, model: str) -> float | None:
 
 
 def judge(problem: str | None, timed_out: bool, calls_before: float | None, calls_after: float | None) -> Verdict:
-    """The calls counts are read before the ping and after it timed out (None where they could not be read)."""
+    """The calls counter is read before the ping and after it timed out (None where it could not be read)."""
     if problem is None:
         return Verdict(UP)
     if not timed_out:

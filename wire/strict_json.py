@@ -1,5 +1,5 @@
-"""Strict JSON, both sides' reader and writer (docs/operations.md, "Reliability and limits": the bounds and
-why)."""
+"""Strict JSON, both sides' reader and writer: UTF-8, finite, no lone surrogate, no key twice, a bounded depth and
+count of values (docs/operations.md, "Reliability and limits")."""
 from __future__ import annotations
 
 import json

@@ -20,7 +20,7 @@ log = logging.getLogger("intern_decision.shim")
 
 
 def error_body(exc: ApiError | UnprocessableRequest) -> dict:
-    """In its public words; the MCP tools' failures carry it as their result."""
+    """The envelope in its public words; the MCP tools' failures carry it as their result."""
     if isinstance(exc, ApiError):
         return envelope(exc.error, exc.public_message, detail=exc.detail)
     return envelope(INVALID, str(exc), detail=exc.detail)
