@@ -1,5 +1,5 @@
 """One JSON line per call in Triton's log (ids, outcome, sizes and time; never the state, a question or an option),
-queued off the response path: each pb_utils.Logger line is a round trip to the server (docs/operations.md, "The model's log")."""
+queued off the response path, as each pb_utils.Logger line is a round trip (docs/operations.md, "The model's log")."""
 from __future__ import annotations
 
 import json
@@ -46,8 +46,7 @@ class CallLog:
 
     def write(self, request_id: str, calls: list[CallRecord], failure: CallFailure | None = None,
               trace_id: str | None = None) -> None:
-        """One line per call that ran, in order, from call 0. With a failure, the last record is the failed call's.
-        trace_id: the shim's trace of the request, when it traces. Returns at once."""
+        """One line per call that ran; with a failure, the last record is the failed call's. Returns at once."""
         for index, call in enumerate(calls):
             if failure is not None and index == len(calls) - 1:
                 self._logger.warning(call_line(request_id, failure.call, call, failure.error, trace_id))

@@ -20,10 +20,7 @@ def verify_snapshot_path(checkpoint: Path, revision: str) -> None:
 
 
 def load_inference_module(checkpoint: Path, expected_sha256: str) -> ModuleType:
-    """Hash the checkpoint's inference.py and execute exactly the bytes that were hashed.
-
-    The module gets a name of its own so that it can never clash with another module called 'inference'.
-    """
+    """Execute exactly the bytes that were hashed, under a name no other module called 'inference' can clash with."""
     path = checkpoint / "inference.py"
     try:
         source = path.read_bytes()

@@ -1,8 +1,5 @@
-"""Startup and per-call scoring around the checkpoint's own DecisionEngine, whose prompt and readout are never ours.
-
-start() runs the contract's startup checks in order (docs/configuration.md) and refuses to serve when one fails;
-answer_calls() scores calls one after another under the CallGuard, each with the hash of the prompt predict() saw.
-"""
+"""Startup checks and per-call scoring around the checkpoint's own DecisionEngine, whose prompt and readout are never
+ours: start() refuses to serve when a check fails (docs/configuration.md)."""
 from __future__ import annotations
 
 import hashlib
@@ -231,8 +228,8 @@ class ServingEngine:
         return self._guard.baseline or 0
 
     def answer_calls(self, requests: list[dict]) -> Iterator[dict]:
-        """Each call's answer, in order, scored one after another; stops at the first call that fails. An answer is
-        predict()'s output unchanged, plus prompt_sha256, prompt_version and the model facts."""
+        """Stops at the first call that fails; an answer is predict()'s output plus prompt_sha256, prompt_version and
+        the model facts."""
         for request in requests:
             yield self._guard.call(self._score, request)
 

@@ -1,7 +1,5 @@
-"""Which graph mode serves, decided at start-up: the setting, what the model allows, and a check against eager.
-
-An explicit mode that cannot run refuses the start; `auto` falls back to eager, with the reason in the log and /health.
-"""
+"""Which graph mode serves, decided at start-up: an explicit mode that cannot run refuses the start; `auto` falls
+back to eager, with the reason in the log and /health."""
 from __future__ import annotations
 
 import logging

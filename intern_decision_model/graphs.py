@@ -1,8 +1,5 @@
-"""CUDA graphs beneath predict(): the loaded model's forward recorded once per input shape and replayed.
-
-predict() stays the checkpoint's own; only the model's forward is wrapped, and any call the runner does not cover runs
-eager. docs/benchmarks.md has what it buys and docs/configuration.md its settings.
-"""
+"""CUDA graphs beneath predict(): the model's forward recorded once per input shape and replayed; predict() stays
+the checkpoint's own, and a call the runner does not cover runs eager (docs/benchmarks.md, "CUDA graphs")."""
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +30,6 @@ class Shape:
 
     @classmethod
     def parse(cls, text: str) -> "Shape":
-        """LENGTHxPOSITIONS, e.g. 289x3; ValueError otherwise."""
         length, _, positions = text.strip().partition("x")
         if length.isdigit() and positions.isdigit() and int(length) >= 1 and 1 <= int(positions) <= MAX_POSITIONS:
             return cls(int(length), int(positions))
@@ -84,9 +80,8 @@ class CudaCapture:
 
 @contextlib.contextmanager
 def eager_masks(model: Any) -> Iterator[None]:
-    """While a CUDA stream captures, transformers' mask builders see is_tracing() and build an explicit causal mask,
-    where eager, for one unpadded row, builds none and SDPA runs its causal kernel. The runner covers only such rows,
-    so during capture the builders return what eager returns (None), and the graph records eager's kernels."""
+    """Under capture the mask builders would build an explicit mask where eager builds none for an unpadded row:
+    they return None, as in eager, so that the graph records eager's kernels."""
     modules = masking_modules(model)
     saved = [(module, name, getattr(module, name)) for module in modules for name in MASK_BUILDERS]
     try:
@@ -103,7 +98,6 @@ def _no_mask(*args: Any, **kwargs: Any) -> None:
 
 
 def masking_modules(model: Any) -> list:
-    """The modelling modules whose mask builders the model's layers call."""
     names = {type(layer).__module__ for layer in model.modules()}
     return [sys.modules[name] for name in sorted(names)
             if name in sys.modules and all(hasattr(sys.modules[name], builder) for builder in MASK_BUILDERS)]
@@ -131,7 +125,6 @@ def buckets_needed(buckets: tuple[int, ...], max_tokens: int) -> list[int]:
 
 
 class Graph:
-    """One recorded forward and its static buffers: the input ids, the positions read, the logits."""
 
     def __init__(self, torch: Any, forward: Callable[..., Any], shape: Shape, device: Any, pad_id: int,
                  capture: Capture, masks: Callable[[], Any]):
@@ -162,13 +155,7 @@ class Graph:
 
 
 class GraphRunner:
-    """Wraps model.forward: a covered call is replayed from its shape's graph, any other call runs eager.
-
-    exact: one graph per (length, positions), captured at start-up for the configured shapes and later when a shape
-    is seen a second time. bucketed: the input right-padded to the next bucket and the positions to MAX_POSITIONS,
-    one graph per bucket, captured at start-up. Captures stop at the memory budget; a shape whose capture runs out of
-    memory runs eager from then on; a capture that fails otherwise turns every graph off.
-    """
+    """Wraps model.forward: a covered call is replayed from its shape's graph, any other call runs eager."""
 
     def __init__(self, torch: Any, model: Any, capture: Capture, mode: str, budget_bytes: int,
                  buckets: tuple[int, ...] = (), on_growth: Callable[[int], None] = lambda grown: None):
@@ -244,8 +231,7 @@ class GraphRunner:
         return graph.run(input_ids, positions)
 
     def _covered(self, args: tuple, kwargs: dict) -> tuple[Shape, Any, Any] | None:
-        """(shape, input ids, positions) of a call the graphs can replay: one unpadded row on the model's device,
-        no cache, the logits of 1..16 positions; None for anything else."""
+        """(shape, input ids, positions) of a call the graphs can replay, else None."""
         if args or self._paused or not self.on or not COVERED_KEYWORDS.issuperset(kwargs):
             return None
         if self._torch.is_grad_enabled():  # a forward for autograd is not one to replay

@@ -1,7 +1,5 @@
 """One predict() call with the contract's failure handling and memory release (INV-4): OutOfMemory and ScoringFailed
-raised unchained once the failed call's memory is freed, ValueError passed through, reserved memory past the slack
-above the baseline released after every call. The same code runs on a CPU-only torch.
-"""
+raised unchained once the failed call's memory is freed, ValueError passed through; the same code runs on the CPU."""
 from __future__ import annotations
 
 import gc
@@ -79,7 +77,6 @@ class CallGuard:
                 self._torch.cuda.empty_cache()
 
     def call(self, fn: Callable[..., Result], *args: Any) -> Result:
-        """fn(*args) under the contract's failure handling and memory release."""
         try:
             result = fn(*args)
         except ValueError:

@@ -1,8 +1,6 @@
 """The one kernel probe: whether the linear-attention layers run the fast kernels (flash-linear-attention,
-causal-conv1d) or transformers' reference path, which it falls back to silently. What is read is the choice kept in
-the closure the layers call, not whether a package is installed; the startup check, /health, the GPU check and the
-image's smoke check all read it here.
-"""
+causal-conv1d) or transformers' reference path, which it falls back to silently, read from the closure the layers
+call, not from what is installed."""
 from __future__ import annotations
 
 import importlib
@@ -29,8 +27,7 @@ class KernelFacts:
 
 
 def package_version(name: str) -> str:
-    """The version of an importable kernel package, "" when it does not import (a broken build raises anything from
-    ImportError to OSError), "unknown" when it imports without saying."""
+    """"" when it does not import (a broken build raises anything), "unknown" when it imports without saying."""
     try:
         module = importlib.import_module(name)
     except Exception:

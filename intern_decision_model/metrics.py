@@ -1,8 +1,5 @@
-"""The model's own series on Triton's metrics port (docs/operations.md, "The model's series").
-
-Every update is a round trip from the stub to the server, so callers only queue them and one thread applies them,
-off the response path, as NVIDIA's vLLM backend does.
-"""
+"""The model's own series on Triton's metrics port (docs/operations.md, "The model's series"). Every update is a
+round trip from the stub to the server, so one thread applies them off the response path (as NVIDIA's vLLM backend)."""
 from __future__ import annotations
 
 import logging

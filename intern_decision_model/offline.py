@@ -9,5 +9,4 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def set_offline() -> None:
-    """Must run before torch or transformers are imported."""
     os.environ.update(OFFLINE_ENV)

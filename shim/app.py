@@ -1,5 +1,4 @@
-"""The Starlette application: the routes of both surfaces, /openapi.json and the playground, wired only; the
-handlers, exception handlers and middlewares stand in modules of their own (docs/semif.md, docs/systemone.md)."""
+"""The Starlette application: both surfaces' routes, /openapi.json and the playground, wired only."""
 from __future__ import annotations
 
 import asyncio
@@ -51,9 +50,8 @@ LAST_RESORT_500 = Middleware(ServerErrorMiddleware)
 
 
 class ShimApp(Starlette):
-    """Starlette, its middleware one ordered list, outermost first, LAST_RESORT_500 in it where Starlette's own
-    ServerErrorMiddleware goes: what stands above it wraps even an unexpected exception's 500. Below the list come
-    Starlette's ExceptionMiddleware (the exception handlers) and the router, as in Starlette's own stack."""
+    """Starlette, its middleware one list, outermost first, with LAST_RESORT_500 in it: what stands above that wraps
+    even an unexpected exception's 500."""
 
     def __init__(self, *, middleware: Sequence[Middleware], **kwargs: Any):
         (split,) = [index for index, layer in enumerate(middleware) if layer is LAST_RESORT_500]
@@ -106,8 +104,7 @@ def lifespan_of(watch: ModelWatch, health_check: HealthCheck, mcp):
 
 
 class Service(NamedTuple):
-    """The app and what the server (shim/server/) and the tests reach besides it: the settings, the connections'
-    limits (the health check's path among them), the drain it begins on SIGTERM, the model's watch."""
+    """The app and what the server and the tests reach besides it."""
 
     app: Starlette
     settings: ShimSettings
@@ -119,8 +116,7 @@ class Service(NamedTuple):
 def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain) -> list[Middleware]:
     """Every layer a request passes before its route, outermost first (shim/edge/)."""
     return [
-        # Outside the last-resort 500, so that even it carries the request id, the access line and TypeSafe's
-        # conventions on the System One paths.
+        # Outside the last-resort 500, so that even its answer has the request id, the access line and the conventions.
         Middleware(RequestId),
         *([Middleware(TraceRequest, route_of=metrics.route_of)] if settings.otlp_endpoint else []),
         Middleware(SystemOneConventions),
@@ -128,8 +124,7 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         Middleware(CloseUnread),
         Middleware(TransferEncodingGuard),
         LAST_RESORT_500,
-        # The contract's order for a POST: 401, 503 draining, 415, 429, then the body (413, 408, 422); each refusal
-        # from the headers alone until admitted, so a refused request never takes a slot nor has its body read.
+        # The contract's order for a POST, from the headers alone until admitted: a refused one takes no slot.
         Middleware(BearerAuth, tokens=AcceptedTokens(settings.api_token, settings.api_token_next),
                    authenticated_paths=frozenset({"/v1/models", MCP_PATH})),
         Middleware(RefuseWhileDraining, drain=drain),
@@ -147,9 +142,7 @@ def create_app(settings: ShimSettings, model: Model | None = None, metrics: Shim
 
 
 def build_service(settings: ShimSettings, model: Model | None = None, metrics: ShimMetrics | None = None) -> Service:
-    """model: the Triton model (a fake in unit tests). metrics: the series this app updates (a fresh set when
-    None); python -m shim serves their registry. Every route is bound to its service here; both surfaces share one
-    CallRunner, so one lock (INV-2)."""
+    """Every route bound to its service; both surfaces share one CallRunner, so one lock (INV-2)."""
     model = model if model is not None else TritonModel(settings)
     metrics = metrics if metrics is not None else ShimMetrics()
     lock = asyncio.Lock()  # INV-2: one request's calls at a time; the watch pings under it too
@@ -183,8 +176,7 @@ MCP_PATH = "/mcp"
 
 
 def _mcp_tools(service: SystemOneService, openapi: dict):
-    """The MCP endpoint; the mcp package is imported only when it is on (MCP=1), and its absence then stops the
-    start."""
+    """The mcp package is imported only when MCP=1, and its absence then stops the start."""
     from .systemone.mcp import SystemOneTools
 
     return SystemOneTools(service, openapi)

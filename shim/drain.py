@@ -46,7 +46,6 @@ class Drain:
 
     @property
     def done(self) -> bool:
-        """The drain is over: refusing new requests and none of the admitted ones left."""
         return self.refusing and self.admitted == 0
 
     def tick(self) -> None:

@@ -49,8 +49,7 @@ class HealthCheck:
         self._kept = False  # whether keep_checking runs
 
     async def current(self) -> ModelHealth:
-        """What /health says (its problem's public words); sets model_up. No call to Triton of its own while
-        keep_checking runs and has checked once."""
+        """Sets model_up; no call to Triton of its own once keep_checking has checked."""
         if self._watch.down is None and not (self._kept and self._last is not None):
             await self.check()
         verdict = self._last if self._watch.down is None else ModelHealth(self._watch.down, None)
@@ -115,8 +114,6 @@ def health_body(settings: ShimSettings, facts: ModelFacts) -> dict:
 
 
 def health_route(settings: ShimSettings, check: "HealthCheck", drain: Drain) -> Route:
-    """GET /health, bound to the app's check and drain when the app is built."""
-
     async def health(request: Request) -> JSONResponse:
         if drain.draining:
             return JSONResponse({"status": "draining", **envelope(DRAINING, "this replica is shutting down")},

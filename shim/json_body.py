@@ -52,8 +52,7 @@ async def strict_body(raw: bytes, what: str = "the body") -> Any:
 
 
 async def read_body(large: bool, work: Callable[..., T], *args: Any) -> T:
-    """work(*args), reading a parsed body (System One's, whose structured instructions become JSON text): on the body
-    worker when the body was large (over ON_LOOP_BYTES), after its parse; on the loop otherwise."""
+    """work(*args) on the body worker, after the parse, when the body was large; on the loop otherwise."""
     if not large:
         return work(*args)
     return await _worker.run(work, *args)

@@ -48,9 +48,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def log_config(level: str = "INFO") -> dict:
-    """logging.config.dictConfig for the whole process, handed to uvicorn as its log_config: every logger, uvicorn's
-    too, writes JSON lines to stdout through one handler. uvicorn's access log stays off (uvicorn.run(...,
-    access_log=False)): the shim writes its own line per request, with the route, the calls and the tokens."""
+    """Every logger, uvicorn's too, writes JSON lines to stdout through one handler; uvicorn's access log stays off,
+    as the shim writes its own line per request."""
     return {
         "version": 1,
         "disable_existing_loggers": False,

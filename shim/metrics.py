@@ -1,6 +1,5 @@
-"""The shim's Prometheus series, on a registry of their own (served by metrics_server, never on the public port);
-each series and its labels: docs/operations.md, "The shim's series". The route label is a route template or
-"other", never the raw path; no label carries a token, an id or body text."""
+"""The shim's Prometheus series, on a registry of their own, never on the public port (docs/operations.md, "The
+shim's series"); no label carries a raw path, a token, an id or body text."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -13,8 +12,6 @@ OTHER_ROUTE = "other"
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 7.5, 10.0,
                    15.0, 30.0)
 CALLS_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-# The model's own kinds (the wire protocol's words), Triton answering an error of its own or not ready
-# (model_unavailable), no answer at all (transport), an answer that cannot be read (unreadable_answer).
 TRITON_ERROR_KINDS = tuple(failure.label for failure in Failure if failure.label is not None)
 
 
@@ -47,8 +44,7 @@ class ShimMetrics:
         self._requests_by_label: dict[tuple[str, int], Counter] = {}
 
     def watch_connections(self, roster, limit: int | None) -> None:
-        """The server's connections, read from its roster (shim/server/roster.py) at each scrape: how many are open,
-        how many busy, and MAX_CONNECTIONS, so that an alert can say when the pool nears full."""
+        """Read from the server's roster at each scrape, so that an alert can say when the pool nears full."""
         prefix = "intern_decision_shim_"
         Gauge(prefix + "connections_open", "Connections open to the shim's API port",
               registry=self.registry).set_function(lambda: len(roster))
@@ -60,13 +56,11 @@ class ShimMetrics:
                   registry=self.registry).set(limit)
 
     def name_routes(self, paths: Iterable[str]) -> None:
-        """The route labels: the paths of the app's API routes, as the app binds them (shim/app.py)."""
         self._routes = frozenset(paths)
         for route in self._routes:
             self._seconds_by_route.setdefault(route, self._seconds.labels(route))
 
     def route_of(self, path: str) -> str:
-        """The route label of a request's path: a named route's path, else "other" (never the raw path)."""
         return path if path in self._routes else OTHER_ROUTE
 
     def answered(self, route: str, status: int, seconds: float) -> None:

@@ -17,8 +17,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from .server.roster import source_of
 
-# One connection past the bounds is answered 503 at once and closed. A scrape takes milliseconds, and Prometheus
-# waits 10 s at most (its default scrape_timeout).
+# A scrape takes milliseconds, and Prometheus waits 10 s at most (its default scrape_timeout).
 DEADLINE_SECONDS = 10.0
 FIRST_BYTE_SECONDS = 2.0
 MAX_CONNECTIONS = 8
@@ -28,8 +27,7 @@ _BUSY_ANSWER = (b"HTTP/1.0 503 Service Unavailable\r\ncontent-type: text/plain\r
 
 
 class _DeadlineReader(io.RawIOBase):
-    """A socket's reads, each allowed only what is left of the connection's deadline; the first, only what is left of
-    `first` (a connection that sends nothing is closed sooner)."""
+    """Each read allowed what is left of the connection's deadline; the first, what is left of the sooner `first`."""
 
     def __init__(self, sock: socket.socket, deadline: float, first: float):
         self._sock = sock
@@ -100,10 +98,8 @@ class _Held:
 
 
 class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
-    """prometheus-client's WSGI app behind wsgiref's server, bounded: DEADLINE_SECONDS per connection, from its
-    accept to its answer's last byte, FIRST_BYTE_SECONDS to its first byte, MAX_CONNECTIONS at once, max_per_peer
-    from one source; when full, the heaviest source's oldest connection still sending its request gives way to a
-    lighter source's (docs/operations.md, "Reliability and limits")."""
+    """A connection's deadline runs from its accept to its answer's last byte; when full, the heaviest source's oldest
+    connection still sending its request gives way to a lighter source's (docs/operations.md)."""
 
     daemon_threads = True
     request_queue_size = 128  # socketserver's 5 drops a burst of connects' SYNs: a scrape then waits seconds
@@ -193,8 +189,7 @@ class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
 
 def serve(registry: CollectorRegistry, host: str, port: int, deadline_seconds: float = DEADLINE_SECONDS,
           max_connections: int = MAX_CONNECTIONS, max_per_peer: int = MAX_PER_PEER) -> BoundedMetricsServer:
-    """The metrics on http://host:port/metrics, served from a daemon thread (and one per connection, at most
-    max_connections); OSError when the port cannot be bound."""
+    """Served from a daemon thread (and one per connection); OSError when the port cannot be bound."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
     server = BoundedMetricsServer((host, port), family, deadline_seconds, max_connections, max_per_peer)
     server.set_app(make_wsgi_app(registry))

@@ -1,8 +1,5 @@
-"""One trace per request with OpenTelemetry's SDK: spans go over OTLP/HTTP to INTERN_DECISION_OTLP_ENDPOINT, and
-nowhere when it is unset. Off, OpenTelemetry is not even imported: every helper here is then a no-op.
-
-The spans are the request's (shim/edge/trace.py), the body's read and parse, the wait for the model's lock and each
-inference request to Triton, which carries the context on as a W3C traceparent header (shim/port/triton.py)."""
+"""One trace per request with OpenTelemetry's SDK, over OTLP/HTTP to INTERN_DECISION_OTLP_ENDPOINT (the spans:
+docs/operations.md). Unset, OpenTelemetry is not even imported, and every helper here is a no-op."""
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +13,7 @@ class _On:
     """What tracing needs once it is on: the tracer, the trace API and the W3C propagator."""
 
     def __init__(self, endpoint: str):
-        # Imported here: the SDK and the exporter (protobuf, requests) are loaded only when tracing is on, so that
-        # a process without tracing holds none of their objects, which its garbage collector would walk.
+        # Imported here: without tracing, the process holds none of their objects for its garbage collector to walk.
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -36,8 +32,7 @@ _on: _On | None = None  # set once by start(), in python -m shim's process
 
 
 def start(endpoint: str):
-    """Tracing on for this process, exporting to endpoint in batches; returns the tracer provider, whose
-    shutdown() sends what is left."""
+    """Returns the tracer provider, whose shutdown() sends what is left."""
     global _on
     _on = _On(endpoint)
     return _on.provider
@@ -50,8 +45,7 @@ def span(name: str, attributes: dict | None = None) -> ContextManager:
 
 
 def request_span(name: str, headers: dict[str, str], attributes: dict) -> ContextManager:
-    """The request's server span, a child of the caller's traceparent among headers (lowercase names) when it is a
-    valid one, else the root of a new trace."""
+    """A child of the caller's traceparent (lowercase header names) when it is valid, else a new trace's root."""
     if _on is None:
         return _OFF
     return _on.tracer.start_as_current_span(name, context=_on.propagator.extract(headers),

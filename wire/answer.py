@@ -28,8 +28,7 @@ def written(predicted: dict, prompt_sha256: str, prompt_version: str, model_fact
 
 
 def input_tokens(predicted: dict) -> int:
-    """The model side: the input tokens predict() counted for one call, read from its output (or from the answer
-    `written()` makes of it) where `CallAnswer.read()` reads `CallAnswer.input_tokens`; as predict() wrote it."""
+    """The model side's read of what the shim reads as `CallAnswer.input_tokens`, as predict() wrote it."""
     return predicted["usage"]["input_tokens"]
 
 

@@ -1,6 +1,5 @@
-"""How an INTERN_DECISION_* value is read, one rule each, for both sides: the model side's settings
-(intern_decision_model/settings.py) and the shim's (shim/settings.py). A bad value is a ValueError naming the
-variable. Also what a port number and a host:port address are, for the shim, the ping and the dev stack."""
+"""How an INTERN_DECISION_* value is read, one rule each, for both sides' settings (a bad value is a ValueError
+naming the variable), and what a port number and a host:port address are."""
 from __future__ import annotations
 
 import math
@@ -49,8 +48,7 @@ def port_number(raw: str, lowest: int = 1) -> int | None:
 
 def listen_port(env: Mapping[str, str], name: str, default: int, given: str | None = None,
                 zero_means: str | None = None) -> int:
-    """INTERN_DECISION_<name> as a port to listen on, or `given` (a command line's value) in its place; default when
-    neither is set. zero_means: 0 is allowed too, and means that (the message says so)."""
+    """`given` (a command line's value) in place of the variable; zero_means: 0 is allowed too, and means that."""
     raw = given or get(env, name) or str(default)
     port = port_number(raw, lowest=0 if zero_means else 1)
     if port is None:

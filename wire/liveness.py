@@ -1,5 +1,5 @@
 """Triton's liveness verdict, up, busy or down: a ping that timed out behind a long request is told apart from a hung
-model by the calls counter (docs/operations.md, "When the model process dies"). Standard library only (healthchecks run it)."""
+model by the calls counter (docs/operations.md, "When the model process dies"); standard library only."""
 from __future__ import annotations
 
 import re
@@ -45,8 +45,7 @@ def finished_calls(metrics_text: str, model: str) -> float | None:
 
 
 def judge(problem: str | None, timed_out: bool, calls_before: float | None, calls_after: float | None) -> Verdict:
-    """The verdict on one ping: its problem (None when answered), whether it timed out, and the model's count of
-    ended calls read before the ping was sent and after it timed out (None where it could not be read)."""
+    """The calls counter is read before the ping and after it timed out (None where it could not be read)."""
     if problem is None:
         return Verdict(UP)
     if not timed_out:
@@ -75,7 +74,6 @@ def read_finished_calls(metrics_url: str, model: str, timeout: float = METRICS_T
 
 
 def liveness(address: str, metrics_url: str, model: str, api_key: str, timeout: float) -> Verdict:
-    """One ping through the model at address (host:port), allowed timeout seconds, judged with the call count of
-    metrics_url (http://host:port/metrics)."""
+    """One ping, judged with the calls count of metrics_url (http://host:port/metrics)."""
     return check(lambda: wire_ping.attempt(address, model, api_key, timeout),
                  lambda: read_finished_calls(metrics_url, model))

@@ -1,6 +1,5 @@
 """The ping: an inference request with no calls, answered with an empty RESPONSE; it proves the stub and execute
 alive, which Triton's readiness does not (docs/wire-protocol.md, "Ping").
-
     python -m wire.ping [--url HOST:PORT] [--model NAME] [--timeout SECONDS]    # exit 0 answered, 1 not"""
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ def pong_error(status: int, body: bytes) -> str | None:
 
 
 def attempt(address: str, model: str, api_key: str, timeout: float) -> tuple[str | None, bool]:
-    """One ping: (None when the model answers it, else why not; whether it waited its whole timeout). A ping that
-    times out may only be waiting behind a long inference: wire/liveness.py tells the two apart."""
+    """(None when the model answers, else why not; whether it timed out: wire/liveness.py tells if it only waited)."""
     connection = http.client.HTTPConnection(*host_port(address), timeout=timeout)
     try:
         connection.request("POST", infer_path(model), body=BODY, headers=headers(api_key))

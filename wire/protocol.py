@@ -31,14 +31,8 @@ def trace_id_of(parameters: str | None) -> str | None:
 
 
 class Kind(enum.Enum):
-    """A failure of the model side, as every layer names it.
-
-    word:          the kind word that starts the Triton error message
-    triton_code:   the pb_utils.TritonError code the model answers with
-    triton_status: the HTTP status Triton's HTTP front end gives that code
-    outcome:       the label of the model's calls counter
-    (what the shim answers its caller for each kind is its error registry's: shim/errors/failures.py)
-    """
+    """A failure of the model side: its error message's first word, its TritonError code, the HTTP status Triton
+    gives that code, the calls counter's outcome label (what the shim answers for it: shim/errors/failures.py)."""
 
     INVALID = ("invalid_request", "INVALID_ARG", 400, "invalid")
     OUT_OF_MEMORY = ("out_of_memory", "UNAVAILABLE", 503, "out_of_memory")

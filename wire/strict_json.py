@@ -1,6 +1,5 @@
-"""Strict JSON: what either side receives must be UTF-8, finite, free of lone surrogates and of repeated keys,
-nested at most MAX_DEPTH arrays and objects deep and made of at most MAX_VALUES values; what it sends must be finite
-too."""
+"""Strict JSON, both sides' reader and writer: UTF-8, finite, no lone surrogate, no key twice, a bounded depth and
+count of values (docs/operations.md, "Reliability and limits")."""
 from __future__ import annotations
 
 import json
@@ -10,15 +9,11 @@ from typing import Any
 
 # Far below what json, copy.deepcopy, the chat template or the model's own code can take, far above any real state.
 MAX_DEPTH = 64
-# The values one text may build, counted from its bytes before any is built: a parsed value costs up to ~100 bytes
-# of memory per value, so 1 MiB of `[{},{},...]` would be ~50 MiB held while the request waits its turn. 131,072 is
-# 16 values per token of the model's default MAX_TOKENS (a state that fits the model's call is far below it) and
-# keeps a full queue of the largest bodies well inside the shim's memory limit (docs/benchmarks.md).
 MAX_VALUES = 131_072
 
 
 class NotStrictJson(ValueError):
-    """The text is not strict JSON; the message names `what` was read."""
+    """The message names `what` was read."""
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -40,25 +35,21 @@ _WITHIN_MAX_DEPTH = _balanced_pattern(MAX_DEPTH)
 
 
 def _outside_strings(raw: bytes, dropped: bytes) -> bytes:
-    """The brackets (both kinds made `[` and `]`) and whatever else `dropped` spares, outside JSON strings, read in C.
-
-    Escaped backslashes and quotes go first (left to right, as JSON pairs them), so every quote left opens or closes
-    a string; the strings' contents go next, then `dropped`.
-    """
+    """The brackets (both kinds made `[` and `]`), and what `dropped` spares, outside JSON strings, read in C: escaped
+    backslashes and quotes go first, as JSON pairs them, so that every quote left opens or closes a string."""
     unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
     return b"".join(unescaped.translate(_NESTING_BYTES, dropped).split(b'"')[::2])
 
 
 def nested_too_deeply(raw: bytes) -> bool:
-    """Whether valid JSON text nests more than MAX_DEPTH arrays and objects, read from its bytes in C."""
     if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         return False
     return _WITHIN_MAX_DEPTH.fullmatch(_outside_strings(raw, _NOT_NESTING)) is None
 
 
 def values_at_most(raw: bytes) -> int:
-    """At least as many as the values JSON text builds (object keys aside): one, plus one per comma and per
-    opening bracket outside strings (an empty array or object counts twice), read in C before anything is built."""
+    """At least as many as the values JSON text builds: one, plus one per comma and per opening bracket outside
+    strings, read in C before anything is built."""
     counted = 1 + raw.count(b",") + raw.count(b"[") + raw.count(b"{")
     if counted <= MAX_VALUES:  # the strings' commas and brackets counted too: never fewer
         return counted
@@ -67,7 +58,6 @@ def values_at_most(raw: bytes) -> int:
 
 
 def loads(raw: bytes, what: str) -> Any:
-    """The value of `raw`, refused with a message about `what` (e.g. "the body") unless it is strict JSON."""
 
     def refuse_constant(name: str) -> None:
         raise NotStrictJson(f"{what} is not finite JSON: {name} is not a JSON number")

@@ -34,8 +34,7 @@ def _port_valid(parts: SplitResult) -> bool:
 
 
 def triton_trace_flags(endpoint: str, service_name: str = TRITON_SERVICE_NAME) -> list[str]:
-    """tritonserver's flags: OpenTelemetry mode, every request traced (rate 1) with its timestamps, exported to
-    endpoint. A request that carries a traceparent header joins the caller's trace."""
+    """Every request traced with its timestamps; one that carries a traceparent header joins the caller's trace."""
     return [
         "--trace-config=mode=opentelemetry",
         f"--trace-config=opentelemetry,url={endpoint}",

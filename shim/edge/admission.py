@@ -1,6 +1,5 @@
 """Admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring.
-
-The count is the drain's (Drain.admission()): the drain ends when it is back to 0, so the two can never disagree."""
+The count is the drain's: the drain ends when it is back to 0, so the two can never disagree."""
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send

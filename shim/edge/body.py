@@ -68,8 +68,7 @@ class BodyReader:
             await self.app(scope, _replay(body, receive), send)
 
     async def _read(self, receive: Receive, encoding: str, declared: int | None) -> bytes | None:
-        """The whole body decoded, or None when the client went away; BodyTooLarge past MAX_BODY_BYTES, sent or
-        decoded."""
+        """None when the client went away; BodyTooLarge past MAX_BODY_BYTES, sent or decoded."""
         if declared is not None and declared > self._max_body:
             raise BodyTooLarge(sent=True)
         decoder = BodyDecoder(encoding, self._max_body, max_ratio=self._max_ratio)

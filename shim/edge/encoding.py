@@ -18,8 +18,7 @@ ENCODINGS = ("gzip", "zstd")
 IN_SLICE = 64 * 1024  # bytes of the body given to a decompressor at once
 OUT_SLICE = 256 * 1024  # decoded bytes asked of it at once
 MAX_MEMBERS = 64  # gzip members or zstd frames in one body
-# Decoded bytes a body may always reach, whatever it was sent as: the most the event loop parses itself
-# (shim/json_body.py ON_LOOP_BYTES), so that no body of a few bytes sent costs the loop more than that parse.
+# Decoded bytes a body may always reach: the most the event loop parses itself (json_body.ON_LOOP_BYTES).
 RATIO_FLOOR = 8 * 1024
 _MEMBER_WORD = {"gzip": "members", "zstd": "frames"}
 
@@ -29,8 +28,7 @@ class UnsupportedEncoding(ValueError):
 
 
 class BodyTooLarge(Exception):
-    """The body is over the limit (413): decoded, or (sent) as it came on the wire, or (ratio) it decodes to more
-    than max_ratio times the bytes sent."""
+    """413: decoded, or (sent) as it came on the wire, or (ratio) past max_ratio times the bytes sent."""
 
     def __init__(self, sent: bool = False, ratio: bool = False):
         super().__init__(sent, ratio)
@@ -75,8 +73,7 @@ def content_encoding(values: list[str]) -> str:
 
 
 class BodyDecoder:
-    """Feeds the chunks of one body; counts the decoded bytes against `limit` and, past RATIO_FLOOR, against
-    `max_ratio` times the bytes fed. Identity passes the chunks on."""
+    """Decoded bytes count against `limit` and, past RATIO_FLOOR, against `max_ratio` times the bytes fed."""
 
     def __init__(self, encoding: str, limit: int, max_members: int = MAX_MEMBERS,
                  max_ratio: int = ShimSettings.max_decode_ratio):
@@ -91,13 +88,11 @@ class BodyDecoder:
         self._size = 0
 
     def feed(self, chunk: bytes) -> None:
-        """steps() run to its end at once. The body reader yields between the steps; the unit tests of the decoding
-        itself (tests/unit/test_shim_encoding.py) feed whole chunks through this."""
+        """steps() run to its end at once; the body reader yields between the steps instead."""
         for _ in self.steps(chunk):
             pass
 
     def steps(self, chunk: bytes) -> Iterator[None]:
-        """Decodes `chunk`, yielding after each bounded piece of work."""
         if self._decompressor is None:
             self._keep(chunk)
             return
@@ -108,9 +103,8 @@ class BodyDecoder:
             raise UndecodableBody(f"the body is not valid {self._encoding}: {exc}") from None
 
     def _inflate(self, data: memoryview) -> Iterator[None]:
-        # Output short of what was asked means the decompressor took all it could of the slice; output of room + 1
-        # bytes is over the limit. So the only input left over is what follows the end of a gzip member or a zstd
-        # frame (unused_data, at most a slice): its length says where in `data` the next one starts.
+        # Short output means the slice was all taken, room + 1 bytes is over the limit: the only input left over is
+        # what follows a member's or a frame's end (unused_data), and its length says where the next one starts.
         offset = 0
         while offset < len(data):
             if self._decompressor.eof:

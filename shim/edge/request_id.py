@@ -1,8 +1,5 @@
-"""Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one.
-
-The id is put in scope["state"] (request.state.request_id) so the Triton calls can carry it, and in the request's
-ContextVar (shim/context.py) so every log line written while the request is handled carries it.
-"""
+"""Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one, kept in
+scope["state"] for the Triton calls and in the request's ContextVar for every log line."""
 from __future__ import annotations
 
 import re

@@ -20,8 +20,7 @@ class AcceptedTokens:
 
 
 def bearer_credentials(headers: Headers) -> bytes | None:
-    """The credentials of exactly one Authorization header of scheme Bearer (in any case); two headers are never
-    guessed between."""
+    """Exactly one Authorization header of scheme Bearer (in any case): two are never guessed between."""
     values = headers.getlist("authorization")
     if len(values) != 1:
         return None

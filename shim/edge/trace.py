@@ -1,5 +1,4 @@
-"""The request's server span, a child of the caller's W3C traceparent when it sends a valid one, else a new trace;
-installed only when tracing is on (shim/tracing.py)."""
+"""The request's server span (shim/tracing.py), installed only when tracing is on."""
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send

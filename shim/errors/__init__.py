@@ -1,12 +1,5 @@
-"""Every error the shim answers, in one place: what each code is, how it is raised, classified and written.
-
-codes       every public error code, defined once (the registry)                                        (pure)
-raised      the exceptions the app raises to answer one: ApiError, UnprocessableRequest (422)           (pure)
-failures    the one failure type of a model call, and why the model is unusable (Problem)               (pure)
-envelope    the envelope, built once in the answering surface's shape                                   (pure)
-answer      the one writer of an error's answer: the edge's, the handlers', MCP's and the server's
-handlers    Starlette's exception handlers
-"""
+"""Every error the shim answers: what each code is, how it is raised, classified and written.
+Its map: docs/architecture.md, "Package maps"."""
 from .codes import PublicError
 from .envelope import envelope, validation_detail
 from .failures import (MODEL_FACTS_UNAVAILABLE, MODEL_NOT_ANSWERING, MODEL_NOT_READY, MODEL_UNAVAILABLE,

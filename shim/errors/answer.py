@@ -14,8 +14,7 @@ from .envelope import envelope, is_system_one, policy_headers
 
 def response(error: PublicError, message: str | None = None, *, path: str = "", own: dict[str, str] | None = None,
              detail: list[dict] | None = None) -> JSONResponse:
-    """The answer to a request for `path`: the envelope (its fixed words unless a message is given) and the headers
-    its policy adds (Retry-After, Connection: close) on that surface, then any of the answer's own."""
+    """The envelope and its policy's headers in the shape of the surface `path` is on, then the answer's own."""
     system_one = is_system_one(path)
     return JSONResponse(envelope(error, message, system_one=system_one, detail=detail),
                         status_code=error.status,
@@ -34,8 +33,7 @@ def _server_body(error: PublicError, message: str) -> bytes:
 
 
 def closing_answer(error: PublicError, message: str) -> bytes:
-    """A whole response written to the transport by the server, closing the connection whatever the code's policy
-    elsewhere."""
+    """Closes the connection whatever the code's policy elsewhere."""
     body = _server_body(error, message)
     closing = {**error.headers(), "Connection": "close"}
     policy = "".join(f"{name.lower()}: {value}\r\n" for name, value in closing.items())
@@ -44,8 +42,7 @@ def closing_answer(error: PublicError, message: str) -> bytes:
 
 
 def server_answer(error: PublicError, message: str):
-    """The ASGI app the server hands a request it refuses once its head is read: the envelope, the headers of the
-    code's policy and a request id of its own."""
+    """The ASGI app the server hands a request it refuses once its head is read."""
     body = _server_body(error, message)
     policy = [(name.lower().encode("ascii"), value.encode("ascii")) for name, value in error.headers().items()]
 

@@ -1,23 +1,17 @@
-"""Every public error code, defined once: its status, code and fixed words, TypeSafe's error type for it, whether
-it asks the caller to wait (Retry-After) and whether it closes the connection. The docs' errors tables, the OpenAPI
-document and the balancer's answers are held to it by tests/unit/test_error_codes.py."""
+"""Every public error code, defined once, with its answer's policy; tests/unit/test_error_codes.py holds the docs'
+errors tables, the OpenAPI document and the balancer's answers to it."""
 from __future__ import annotations
 
 from http import HTTPStatus
 from typing import NamedTuple
 
-# Seconds a refusal that asks the caller to wait names in Retry-After.
 RETRY_AFTER_SECONDS = 1
 
 
 class PublicError(NamedTuple):
-    """status, code: what the caller is answered. words: the message when it is always the same (None: the message
-    names what was refused). retry_after: Retry-After is sent with it; retry_after_on_system_one: only on the System
-    One routes (TypeSafe's overloaded_error asks the caller to wait). closes: the connection is closed after it.
-    by_shim, by_balancer: who answers it (the shipped HAProxy answers some of the shim's codes itself, and one of its
-    own). sent: False for a status that is only logged and counted (no one is left to read it). error_type: the
-    `error_type` word of TypeSafe's detail beside the envelope on the System One routes (a 422 carries FastAPI's
-    detail instead)."""
+    """words: the message when it is always the same (None: it names what was refused). by_balancer: the shipped
+    HAProxy answers it too. sent: False when only logged and counted. error_type: TypeSafe's word for it on the
+    System One routes (a 422 carries FastAPI's detail instead)."""
 
     status: int
     code: str
@@ -32,12 +26,10 @@ class PublicError(NamedTuple):
 
     @property
     def phrase(self) -> str:
-        """The status line's reason phrase, the standard library's."""
         return HTTPStatus(self.status).phrase
 
     def headers(self, system_one: bool = False) -> dict[str, str]:
-        """The headers its policy adds, on the semif routes or (system_one) the System One ones: Retry-After,
-        Connection: close (in that order)."""
+        """Retry-After, then Connection: close, as its policy asks on the semif or the System One routes."""
         headers = {}
         if self.retry_after or (system_one and self.retry_after_on_system_one):
             headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
@@ -52,8 +44,7 @@ MALFORMED = PublicError(400, "malformed_request", "the request is not valid HTTP
 HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large", closes=True)
 TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections", retry_after=True, closes=True,
                                    error_type="overloaded_error")
-# Refused by the edge before the app, in the order a POST meets them (framing, auth, drain, encoding, admission,
-# body); the balancer answers busy, unauthorized, request_too_large and request_timeout itself too.
+# Refused by the edge before the app, in the order a POST meets them.
 UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding", closes=True)
 UNAUTHORIZED = PublicError(401, "unauthorized", "missing or wrong bearer token", by_balancer=True,
                            error_type="authentication_error")

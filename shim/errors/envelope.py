@@ -14,8 +14,7 @@ def is_system_one(path: str) -> bool:
 
 def envelope(error: PublicError, message: str | None = None, *, system_one: bool = False,
              detail: list[dict] | None = None) -> dict:
-    """The envelope of a public error, its fixed words unless a message is given; `detail` (a 422's) beside it, and
-    on the System One routes TypeSafe's detail (FastAPI's `loc ["body"]` for a 422 that names no field)."""
+    """Its fixed words unless a message is given; on the System One routes, TypeSafe's detail beside it."""
     text = error.words if message is None else message
     if text is None:
         raise ValueError(f"{error.code} has no fixed words: name what was refused")
@@ -30,11 +29,9 @@ def envelope(error: PublicError, message: str | None = None, *, system_one: bool
 
 
 def policy_headers(error: PublicError, system_one: bool = False, own: dict[str, str] | None = None) -> dict[str, str]:
-    """The headers its policy adds on the answering surface (Retry-After, Connection: close), then the answer's own."""
     return {**error.headers(system_one), **(own or {})}
 
 
 def validation_detail(loc: list, message: str, kind: str = "value_error") -> list[dict]:
-    """FastAPI's (and TypeSafe's) 422 detail, set beside the envelope as "detail", so their clients' typed errors
-    read it: `loc` names the field, `kind` is the error's type."""
+    """FastAPI's (and TypeSafe's) 422 detail, beside the envelope, so that their clients' typed errors read it."""
     return [{"loc": loc, "msg": message, "type": kind}]

@@ -11,8 +11,7 @@ from .codes import INVALID, OUT_OF_MEMORY, SCORING_FAILED, UNAVAILABLE, PublicEr
 from .raised import ApiError
 
 
-# The words a caller is told about the model (a 502's message, /health's reason, an MCP tool error), chosen where the
-# problem arises.
+# What a caller is told about the model (a 502's message, /health's reason), chosen where the problem arises.
 TRITON_UNREACHABLE = "triton unreachable"
 TRITON_NOT_READY = "triton not ready"
 TRITON_ERROR = "triton answered an error"
@@ -25,20 +24,13 @@ OUT_OF_MEMORY_WORDS = OUT_OF_MEMORY.words
 
 
 class Problem(NamedTuple):
-    """Why the model cannot be used, said twice where it arises: `public`, one of the fixed words above, for callers;
-    `detail`, which may carry Triton's own text, an exception's or an address, for the log only."""
-
     public: str
     detail: str
 
 
 class Failure(enum.Enum):
-    """How a call to the model failed.
-
-    label:       the kind label of intern_decision_shim_triton_errors_total (None: not a Triton error, not counted)
-    error:       what the caller is answered
-    marks_down:  whether the watch takes the model for down and pings it at once
-    """
+    """label: of intern_decision_shim_triton_errors_total (None: not counted); marks_down: the watch takes the model
+    for down and pings it at once."""
 
     # the model's own kinds, answered with the registry's error whose code is the kind's word (held by a test)
     INVALID = (Kind.INVALID.word, INVALID, False)
@@ -60,10 +52,8 @@ class Failure(enum.Enum):
 
 
 class ModelFailure(ApiError):
-    """call: the failed call's index within its inference request, when the model named it. reason: what a caller
-    of a model_unavailable or out_of_memory failure is told, in fixed words (by default those of its kind of
-    failure), `message` going to the log only. where: which part of the request failed (a surface's words, e.g.
-    "requests[1]: call 0 (questions 1–3)"), told before the fixed words."""
+    """reason: the fixed words a caller of a model_unavailable or out_of_memory failure is told, `message` going to
+    the log only; where: the part of the request that failed, in the surface's words, told before them."""
 
     def __init__(self, failure: Failure, message: str, call: int | None = None,
                  headers: dict[str, str] | None = None, detail: list[dict] | None = None, reason: str | None = None,

@@ -20,17 +20,15 @@ log = logging.getLogger("intern_decision.shim")
 
 
 def error_body(exc: ApiError | UnprocessableRequest) -> dict:
-    """The envelope for an error the app raises, in its public words, with its 422 detail when it has one; the MCP
-    tools' failures carry it as their result (shim/systemone/mcp.py)."""
+    """The envelope in its public words; the MCP tools' failures carry it as their result."""
     if isinstance(exc, ApiError):
         return envelope(exc.error, exc.public_message, detail=exc.detail)
     return envelope(INVALID, str(exc), detail=exc.detail)
 
 
 def as_api_error(exc: QueueStopped | ClientGone) -> ApiError:
-    """What the port tells, answered: a request the drain stopped before it held the lock is 503 draining, with the
-    connection closed so that the retry opens one to another replica; one whose client went away is 499, read by no
-    one (the status is for the access line and the series)."""
+    """A request the drain stopped is 503 draining, its connection closed so that the retry goes to another replica;
+    one whose client went away is 499, for the access line and the series only."""
     if isinstance(exc, QueueStopped):
         return ApiError(DRAINING, DRAINING.words)
     return ApiError(CLIENT_GONE, str(exc))
@@ -61,8 +59,7 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
 
 
 async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's last resort (ServerErrorMiddleware, inside RequestId and the access line): the exception, its
-    type among it, goes to the log with the request id; the caller is told that something failed, not what."""
+    """Starlette's last resort: the exception goes to the log; the caller is told that something failed, not what."""
     log.exception("%s %s: failed while building the response", request.method, request.url.path)
     return response(SCORING_FAILED, UNEXPECTED_FAILURE, path=request.scope["path"])
 

@@ -28,8 +28,7 @@ class ApiError(Exception):
 
 
 class UnprocessableRequest(ValueError):
-    """A request either surface refuses before any model work: 422 invalid_request; the message names the field. A
-    surface that answers with a structured detail (System One's FastAPI-shaped list) overrides `detail`."""
+    """Refused before any model work; a surface that answers with a structured detail overrides `detail`."""
 
     @property
     def detail(self) -> list[dict] | None:

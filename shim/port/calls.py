@@ -33,14 +33,12 @@ class CallRunner:
         self._drain = drain
 
     async def run(self, requests: list[dict], request_id: str) -> AnsweredCalls:
-        """The calls' answers in order, as one inference request, and how long the lock was waited for;
-        ModelFailure for the first call that fails."""
+        """ModelFailure for the first call that fails."""
         self._metrics.calls_per_request.observe(len(requests))
         self._metrics.queued.inc()
         queued_at = time.perf_counter()
         try:
-            # a request whose client went away first is never scored; one still waiting when a drain stops the queue
-            # is answered 503 draining (QueueStopped)
+            # a request whose client went away first is never scored; a drain stopping the queue answers it 503
             with span("wait for the model"):
                 await acquire(self._lock, self._drain)
         except ClientGone:

@@ -1,6 +1,5 @@
-"""The model's facts (its revision, pins, limits: wire.facts.ModelFacts) as the surfaces and /health read them,
-cached so that a request does not cost Triton a metrics read, and re-read after FACTS_TTL_SECONDS so that a restarted
-model shows up."""
+"""The model's facts as the surfaces and /health read them, cached so that a request does not cost Triton a metrics
+read."""
 from __future__ import annotations
 
 import time

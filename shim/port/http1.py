@@ -17,8 +17,6 @@ class Response:
 
 @dataclass
 class _Collector:
-    """httptools' callbacks for one response."""
-
     headers: dict[str, str] = field(default_factory=dict)
     chunks: list[bytes] = field(default_factory=list)
     complete: bool = False

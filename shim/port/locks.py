@@ -7,8 +7,7 @@ import contextlib
 
 
 async def acquire_unless(lock: asyncio.Lock, *stops: asyncio.Event) -> asyncio.Event | None:
-    """lock.acquire() unless one of `stops` is set first: None once the lock is held, else the stop that was set
-    (the lock not held). A stop already set, or set while the lock was being handed over, wins."""
+    """None once the lock is held, else the stop that was set first; a stop set while the lock is handed over wins."""
     already = next((stop for stop in stops if stop.is_set()), None)
     if already is not None:
         return already

@@ -1,5 +1,4 @@
-"""The model as the shim sees it: one Protocol that the Triton adapter, the watch and the unit tests' fake implement,
-and that the service, the watch, the health check and the app take."""
+"""The model as the shim sees it: the Triton adapter, the watch and the unit tests' fake implement one Protocol."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,8 +12,7 @@ from ..errors import Problem
 
 @dataclass(frozen=True)
 class Probe:
-    """One ping's outcome; triton_answered when Triton answered it with an error, so the model's process (not
-    Triton) is what fails, and only a restart of tritonserver heals it."""
+    """triton_answered: Triton answered with an error, so the model's process fails and only a restart heals it."""
 
     ok: bool
     problem: Problem | None = None  # why not, when not ok

@@ -1,7 +1,5 @@
-"""Waiting for the inference lock (INV-2), which a request may give up before it holds it: when its client goes
-away (shim/client_gone.py: never scored, 499) or when the drain stops the queue (shim/drain.py: 503 `draining` with
-Retry-After, answered before the grace period ends, never reset by a kill). What happened is told by the exception
-raised; the exception handlers (shim/errors/handlers.py) turn it into HTTP."""
+"""Waiting for the inference lock (INV-2), given up when the client goes away or the drain stops the queue: the
+exception raised says which, and the exception handlers turn it into HTTP."""
 from __future__ import annotations
 
 import asyncio
@@ -16,8 +14,7 @@ class QueueStopped(Exception):
 
 
 async def acquire(lock: asyncio.Lock, drain: Drain | None = None) -> None:
-    """The lock for the request being handled; ClientGone when its client goes first, QueueStopped when the drain
-    stops the queue first."""
+    """ClientGone when the client goes first, QueueStopped when the drain stops the queue first."""
     stops = [event for event in (client_gone_event(), drain.stops_queue if drain is not None else None)
              if event is not None]
     if drain is not None and drain.refusing:

@@ -73,7 +73,6 @@ class ModelWatch:
                 await asyncio.sleep(self._retry_seconds)
 
     async def step(self) -> None:
-        """Wait for the next ping, ping, and act on the answer."""
         try:  # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancel that meets the wake-up
             async with asyncio.timeout(self._probe_seconds if self.down is None else self._retry_seconds):
                 await self._wake.wait()

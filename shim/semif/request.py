@@ -27,8 +27,7 @@ class Decision:
     question: str
     options: tuple[Option, ...]
     orderings: str = "none"
-    # The options in each ordering the decision scores, the caller's order first: one ("none"), the n cyclic shifts
-    # ("rotations") or the n! permutations ("all"). Built once, read by the validation and the plan alike.
+    # Each ordering's options, the caller's first; built once, read by the validation and the plan alike.
     option_orders: list[tuple[Option, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -50,7 +49,6 @@ class Decision:
         return len(self.option_orders)
 
     def ordering_id(self, ordering: int) -> str:
-        """The id of one ordering's result: <id>#o<k>."""
         return f"{self.id}#o{ordering}"
 
     @property
@@ -161,8 +159,7 @@ def shared_body(payload: Any) -> tuple[Any, list[Decision]]:
 
 
 def _result_ids_unique(decisions: list[Decision]) -> None:
-    """No two results in the response share an id: e.g. a plain decision `a#o0` beside decision `a` with orderings
-    (its ordering 0 answers as `a#o0`)."""
+    """E.g. a plain decision `a#o0` beside decision `a` with orderings, whose ordering 0 answers as `a#o0`."""
     owner: dict[str, int] = {}
     for index, decision in enumerate(decisions):
         for result_id in decision.result_ids:

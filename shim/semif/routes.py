@@ -1,5 +1,4 @@
-"""The semif routes: POST /decide and POST /decide/shared (the contract's surface kept), bound to their service when
-the app is built."""
+"""The semif routes, POST /decide and POST /decide/shared, bound to their service when the app is built."""
 from __future__ import annotations
 
 from starlette.requests import Request

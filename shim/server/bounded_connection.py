@@ -13,10 +13,8 @@ from . import early_answers
 from .limits import LINGER_SECONDS, MAX_BODY_CHUNKS, MAX_HEADER_BYTES, MAX_HEADERS, ConnectionLimits
 from .roster import Roster
 
-# What a request line adds to its target, and the headers' end: " HTTP/1.1\r\n" and "\r\n"; a header adds ": " and
-# "\r\n" to its name and value.
-_REQUEST_LINE_BYTES = 13
-_HEADER_SEPARATOR_BYTES = 4
+_REQUEST_LINE_BYTES = 13  # " HTTP/1.1\r\n" after the target, and "\r\n" after the headers
+_HEADER_SEPARATOR_BYTES = 4  # ": " and "\r\n" around a header's value
 
 
 class _Stop(Exception):
@@ -40,9 +38,8 @@ class _QuietOnceRefused(logging.LoggerAdapter):
 
 
 class BoundedConnectionProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with ConnectionLimits (each bound and its refusal: docs/operations.md,
-    "Reliability and limits"). A refusal is written in its turn, after the answers to the requests before it on the
-    connection; nothing after it is parsed."""
+    """A refusal is written in its turn, after the answers to the requests before it on the connection; nothing after
+    it is parsed."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits, roster: Roster, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -69,8 +66,6 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._began_in_this_read = False
         self._roster.opened(self, self.client[0] if self.client else None)
         self._await_headers()
-
-    # --- deadlines
 
     def _await_headers(self) -> None:
         self._awaiting_headers = True
@@ -100,10 +95,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
-    # --- refusals, each in its turn
-
     def _answering(self) -> bool:
-        """A request before this point is still being answered (or waits in the pipeline to be)."""
         return self.cycle is not None and not self.cycle.response_complete
 
     def _refuse(self, answer: bytes) -> None:
@@ -121,9 +113,8 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
             self._write_and_close(answer)
 
     def _write_and_close(self, answer: bytes) -> None:
-        """The answer, then the connection closed: our side at once, theirs after LINGER_SECONDS at most, meanwhile
-        reading and dropping what the client still sends (closing with it unread would send a reset, and the
-        client's system may drop the answer it has not read yet)."""
+        """Our side closed at once, theirs after LINGER_SECONDS at most, what the client still sends read and dropped:
+        closing with it unread would send a reset, and the client's system may drop the answer it has not read."""
         if self.transport.is_closing():
             return
         self.transport.write(answer)
@@ -147,8 +138,6 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         """Closed to make room for a request on another connection (this one is idle: nothing is lost)."""
         if not self.transport.is_closing():
             self.transport.close()
-
-    # --- the parser's callbacks; after a refusal the rest of the read is parsed but nothing is kept
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -181,7 +170,6 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._await_headers()
 
     def _count_head(self, size: int) -> bool:
-        """False once the request's line and headers are over MAX_HEADER_BYTES (refused)."""
         self._head_bytes += size
         if self._head_bytes > MAX_HEADER_BYTES:
             self._refuse(early_answers.headers_too_large())
@@ -212,9 +200,8 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
             raise _Stop
 
     def _refuse_body(self, answer: bytes) -> None:
-        """A refusal in the middle of a body whose request the app already has: the app is told the client left (its
-        answer goes nowhere) and the refusal is written in its place; when the app has begun answering, or the
-        request waits in the pipeline, the connection is only closed."""
+        """Mid-body, the app is told the client left and the refusal is written in its answer's place; once the app
+        has begun answering, or while the request waits in the pipeline, the connection is only closed."""
         cycle = self.cycle
         waiting = any(queued is cycle for queued, _ in self.pipeline)
         if cycle is None or cycle.response_started or waiting:
@@ -234,8 +221,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._write_and_close(answer)
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to what its parser cannot read (or to a callback stopping it, once refused): 400
-        malformed_request in the envelope, in its turn."""
+        """What the parser cannot read: 400 malformed_request in the envelope, in its turn."""
         if not self._refused:
             self._refuse(early_answers.malformed())
 

@@ -14,8 +14,7 @@ from .limits import ConnectionLimits
 
 
 class BoundedServer(uvicorn.Server):
-    """uvicorn's server, every connection under BoundedConnectionProtocol with `limits`; the roster of its
-    connections is its own (a second server in the process keeps a second one). It sets the protocol on `config`."""
+    """The roster of its connections is its own: a second server in the process keeps a second one."""
 
     def __init__(self, config: uvicorn.Config, limits: ConnectionLimits = ConnectionLimits()):
         self.roster = limits.roster()
@@ -25,8 +24,8 @@ class BoundedServer(uvicorn.Server):
 
 
 class DrainingServer(BoundedServer):
-    """The bounded server; the first SIGTERM drains the app (shim/drain.py) before uvicorn's own graceful shutdown
-    starts, and the process then exits 0. A second SIGTERM, or SIGINT, is uvicorn's own."""
+    """The first SIGTERM drains the app before uvicorn's own graceful shutdown, then exits 0; a second, or SIGINT,
+    is uvicorn's own."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain | None,
                  limits: ConnectionLimits = ConnectionLimits()):

@@ -41,14 +41,12 @@ def _too_many_connections_text(limits: ConnectionLimits, over: str | None) -> st
 
 
 def over_peer_share(limits: ConnectionLimits) -> bytes:
-    """What a request gets at its first byte when its client already holds more than its share and every one of its
-    connections is busy (a head still arriving counts as busy): refused before its head is read."""
+    """At a request's first byte, when its client holds more than its share and every one of them is busy."""
     return closing_answer(TOO_MANY_CONNECTIONS, _too_many_connections_text(limits, "peer"))
 
 
 def too_many_connections(limits: ConnectionLimits, over: str | None = None):
-    """The ASGI app a request gets on a connection over MAX_CONNECTIONS or its peer's share, when no idle connection
-    can give way: 503 in the envelope, then closed."""
+    """The ASGI app a request gets when no connection can give way for it."""
     return server_answer(TOO_MANY_CONNECTIONS, _too_many_connections_text(limits, over))
 
 

@@ -13,8 +13,7 @@ MAX_HEADERS = 100  # header fields of one request (HAProxy and Envoy refuse past
 # Chunks of one chunked body: each costs the loop a parser callback and a copy, whatever its size.
 MAX_BODY_CHUNKS = 1024
 MAX_PIPELINED_REQUESTS = 16  # requests one connection may queue behind the one being answered
-# The server's deadline for a body comes this long after BODY_TIMEOUT_SECONDS, so that an admitted POST's own 408
-# (shim/edge/body.py, counted from admission) is answered first; the server's cuts what the app does not read.
+# After BODY_TIMEOUT_SECONDS, so that an admitted POST's own 408 (counted from admission) is answered first.
 BODY_GRACE_SECONDS = 1.0
 # After a refusal the server writes (431, the pipeline's 400), how long it still reads and drops what the client sends.
 LINGER_SECONDS = 2.0
@@ -24,8 +23,7 @@ LINGER_SECONDS = 2.0
 class ConnectionLimits:
     # From a connection's opening, or a request's first byte, to the end of its headers.
     header_seconds: float = ShimSettings.header_timeout_seconds
-    # From a connection's opening to its first byte: one that has sent nothing is closed as soon as a kept-alive one
-    # that has sent nothing more would be.
+    # To a connection's first byte: closed as soon as a kept-alive one that sent nothing more would be.
     silent_seconds: float = KEEP_ALIVE_SECONDS
     # From the end of a request's headers to the end of its body.
     body_seconds: float = ShimSettings.body_timeout_seconds + BODY_GRACE_SECONDS
@@ -33,8 +31,7 @@ class ConnectionLimits:
     max_per_peer: int | None = None  # open from one client address; beyond: the same
     balancer_addresses: tuple[str, ...] = ()  # addresses or networks exempt from max_per_peer
     max_pipelined: int = MAX_PIPELINED_REQUESTS
-    # The app's health check: a GET of it refused for too many connections is still answered, then closed (None:
-    # none is). The app names it; the server knows no route.
+    # A GET of it refused for too many connections is still answered, then closed; the app names it.
     health_path: str | None = None
 
     @classmethod
@@ -47,6 +44,5 @@ class ConnectionLimits:
                    health_path=health_path)
 
     def roster(self) -> Roster:
-        """A new, empty roster with these bounds: a server holds one, shared by all its connections."""
         return Roster(total=self.max_connections, per_peer=self.max_per_peer,
                       exempt=address_matcher(self.balancer_addresses))

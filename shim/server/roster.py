@@ -12,8 +12,6 @@ Peer = str | None  # the client's address without its port; None when the transp
 
 @dataclass(frozen=True)
 class ConnectionAdmission:
-    """Whether the roster lets a connection (or its next request) in, and at what cost."""
-
     admitted: bool
     evict: tuple[Hashable, ...] = ()  # connections to close now, to make room (only when admitted)
     over: str | None = None  # when refused: "peer" (its share) or "total"
@@ -44,7 +42,6 @@ class Roster:
 
     @property
     def busy(self) -> int:
-        """Connections with a request begun and not answered."""
         return len(self._entries) - len(self._idle)
 
     def is_idle(self, connection: Hashable) -> bool:
@@ -87,9 +84,8 @@ class Roster:
                 self._idle[connection] = None  # the newest idle
 
     def admit_peer(self, connection: Hashable) -> ConnectionAdmission:
-        """May a request begin on `connection` as far as its peer's share goes? Asked at the request's first byte, so
-        that a head trickled over many connections is refused as it begins, not only once complete; the peer's own
-        idle connections give way first, as in `admit`."""
+        """The peer's share, asked at a request's first byte, so that a head trickled over many connections is refused
+        as it begins; the peer's own idle connections give way first."""
         entry = self._entries.get(connection)
         if entry is None:
             return ConnectionAdmission(True)
@@ -110,8 +106,7 @@ class Roster:
         return ConnectionAdmission(True, tuple(mine))
 
     def admit(self, connection: Hashable) -> ConnectionAdmission:
-        """May the request whose headers just completed on `connection` be served? When admitted, the connections
-        in `evict` are already forgotten here; the caller closes them."""
+        """When admitted, the connections in `evict` are already forgotten here; the caller closes them."""
         entry = self._entries.get(connection)
         if entry is None:
             return ConnectionAdmission(True)
@@ -143,9 +138,8 @@ class Roster:
         return self._per_peer.get(entry.peer, 0) if entry.capped else 0
 
     def _heaviest_heads(self, asking: Hashable, entry: _Entry, count: int, skip: set) -> list[Hashable]:
-        """Up to `count` heads still arriving, each of the source then holding the most connections, oldest first,
-        while it holds at least as many as the asking connection's source (its new connection counted): a request
-        whose head is complete outranks a head still arriving, and never takes from a source lighter than its own."""
+        """Heads still arriving, of the heaviest source first, while it holds at least as many as the asker's: a
+        complete head outranks one still arriving, and never takes from a source lighter than its own."""
         if count <= 0:
             return []
         held = dict(self._per_peer)
@@ -196,8 +190,7 @@ def _ip(peer: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def source_of(peer: Peer) -> Peer:
-    """The source a peer counts as: its IPv4 address (an IPv4-mapped IPv6 one included), or its IPv6 address's /64,
-    as HAProxy keys its stick tables; anything else (None, a Unix socket's path) as it is."""
+    """Its IPv4 address or its IPv6 address's /64, as HAProxy keys its stick tables; anything else as it is."""
     address = None if peer is None else _ip(peer)
     if address is None:
         return peer
@@ -207,8 +200,7 @@ def source_of(peer: Peer) -> Peer:
 
 
 def address_matcher(networks: Iterable[str]) -> Callable[[Peer], bool]:
-    """A test of a peer against addresses or CIDR networks ("10.0.0.7", "10.0.0.0/24", "fd00::/8"); a peer that is not
-    an IP address (None, a Unix socket's path) always matches: it is never one remote client."""
+    """A peer that is not an IP address (a Unix socket) always matches: it is never one remote client."""
     parsed = tuple(ipaddress.ip_network(network.strip(), strict=False) for network in networks)
 
     def matches(peer: Peer) -> bool:

@@ -28,8 +28,7 @@ class Served(Protocol):
 
 def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uvicorn.Config:
     """uvicorn's access log is off: it would record query strings (a token pasted into a URL among them); the shim
-    writes its own access line (shim/edge/access.py), with the route and never the query. The protocol is the
-    server's (BoundedServer sets it, with the connections' limits)."""
+    writes its own access line, with the route and never the query."""
     logging = {} if log_config is None else {"log_config": log_config}
     return uvicorn.Config(app, host=host, port=port, workers=1, log_level="info",
                           timeout_keep_alive=KEEP_ALIVE_SECONDS, access_log=False, **logging)
@@ -37,8 +36,7 @@ def config(app: Any, host: str, port: int, log_config: dict | None = None) -> uv
 
 def run(service: Served, host: str, port: int, log_config: dict | None = None,
         metrics: ShimMetrics | None = None) -> None:
-    """The service's app under uvicorn, its connections bounded by its limits (and counted in `metrics`), its
-    drain begun on SIGTERM."""
+    """The service's app under uvicorn, its connections bounded, its drain begun on SIGTERM."""
     limits = service.limits
     server = DrainingServer(config(service.app, host, port, log_config), service.drain, limits)
     if metrics is not None:

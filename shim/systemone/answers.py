@@ -1,7 +1,5 @@
 """System One's response from a request's questions and its calls' typed answers: every number is predict()'s,
-only re-keyed under the caller's names and in the caller's order (INV-1). Every field TypeSafe does not define
-carries an `x_` prefix (x_calls, x_calibration, x_prompt_version, x_model_facts, x_native), so that a field TypeSafe
-adds later can never collide with ours."""
+only re-keyed under the caller's names and in the caller's order (INV-1); our own fields carry an `x_` prefix."""
 from __future__ import annotations
 
 from wire.answer import CHOICE, SCORE, CallAnswer, ChoiceAnswer, NoulAnswer, QuestionAnswer, ScoreAnswer

@@ -1,6 +1,5 @@
-"""System One's operations as Model Context Protocol tools at /mcp (the official `mcp` SDK: Streamable HTTP,
-stateless, JSON responses, so any replica answers any call), on the same SystemOneService behind the same edge; each
-body is read once by mcp_body first. The tools and their schemas: docs/systemone.md."""
+"""System One's operations as MCP tools at /mcp, stateless so that any replica answers any call, on the same
+SystemOneService behind the same edge (docs/systemone.md)."""
 from __future__ import annotations
 
 import contextlib
@@ -63,8 +62,7 @@ class SystemOneTools:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """For the app's lifespan: the SDK's task group, in which every call's handler runs (a manager runs once,
-        so each lifespan gets its own)."""
+        """The SDK's task group for the app's lifespan (a manager runs once, so each lifespan gets its own)."""
         self._manager = self._new_manager()
         try:
             async with self._manager.run():

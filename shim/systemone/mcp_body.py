@@ -48,9 +48,8 @@ async def read_once(scope: Scope, receive: Receive, send: Send) -> Receive | Non
 
 
 def small(value: Any) -> bool:
-    """Whether `value` may serialize within SDK_MESSAGE_BYTES, read without serializing it (which would hold the loop
-    for a large one): counted as json.dumps writes it, at least, each separator, quote, digit and character; a float
-    by its repr, so that a few thousand of them cost the loop nothing before the 413."""
+    """Whether `value` may serialize within SDK_MESSAGE_BYTES, counted without serializing it (which would hold the
+    loop for a large one), at least as json.dumps writes it."""
     budget, pending = SDK_MESSAGE_BYTES, [value]
     while pending:
         current = pending.pop()

@@ -1,4 +1,4 @@
-"""An OpenAPI component as a self-contained JSON Schema: what an MCP tool declares as its input (shim/systemone/mcp.py)."""
+"""An OpenAPI component as a self-contained JSON Schema: what an MCP tool declares as its input."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,8 +7,7 @@ COMPONENTS = "#/components/schemas/"
 
 
 def schema_of(openapi: dict, name: str) -> dict:
-    """A component of the OpenAPI document as a self-contained JSON Schema: the components it refers to, however
-    deeply, under $defs."""
+    """The components it refers to, however deeply, under $defs."""
     components = openapi["components"]["schemas"]
     needed, pending = {}, [name]
     while pending:

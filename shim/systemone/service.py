@@ -85,8 +85,7 @@ def _check_model(catalog: Catalog, request: SystemOneRequest, loc: list) -> None
 
 
 def _named(exc: ModelFailure, calls: list, item: int | None) -> ModelFailure:
-    """The model's failure, its message naming the call (and the batch item), with FastAPI's detail on a 422 naming
-    the item (the writer adds System One's Retry-After on a 503)."""
+    """The model's failure, its message naming the call and the batch item."""
     where = []
     if item is not None:
         where.append(f"requests[{item}]")

@@ -283,14 +283,25 @@ def test_the_readme_says_of_every_top_level_folder_whether_it_is_the_service_or_
                                                                           "intern_decision_model", "wire"}
 
 
-# A package's map: its __init__ docstring lists its modules, one a line, the name at the line's start and two spaces
-# or the line's end after it (a subpackage or a folder of data with a slash: "edge/", "static/").
+# A package's map: docs/architecture.md, "Package maps", holds one fenced block per package under its heading
+# ("### shim/edge/"), one module a line, the name at the line's start and two spaces or the line's end after it (a
+# subpackage or a folder of data with a slash: "edge/", "static/").
 MAP_ENTRY = re.compile(r"^([a-z_][a-z0-9_]*(?:/|\.json)?)(?: {2,}|$)", re.M)
-SHIM_PACKAGES = sorted(init.parent for init in (ROOT / "shim").rglob("__init__.py"))
+MAP_BLOCK = re.compile(r"^### (\S+)/\n(?:(?!### |```).*\n)*?```\n((?:(?!```).*\n)*)```", re.M)
+MAP_PACKAGES = sorted([*(init.parent for init in (ROOT / "shim").rglob("__init__.py")), ROOT / "wire"])
+
+
+def package_maps() -> dict[str, str]:
+    """Each package's block, keyed by the package's path from the repository's root ("shim/edge")."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    return dict(MAP_BLOCK.findall(page[page.index("\n## Package maps\n"):]))
+
+
+MAPS = package_maps()
 
 
 def map_of(package: Path) -> set[str]:
-    return set(MAP_ENTRY.findall(ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""))
+    return set(MAP_ENTRY.findall(MAPS.get(str(package.relative_to(ROOT)), "")))
 
 
 def contents_of(package: Path) -> set[str]:
@@ -310,9 +321,10 @@ def contents_of(package: Path) -> set[str]:
 def test_a_package_map_is_read():
     assert {"app", "server/", "edge/", "openapi.json"} <= map_of(ROOT / "shim")
     assert {"framing", "tokens", "encoding"} <= map_of(ROOT / "shim" / "edge")
+    assert sorted(MAPS) == sorted(str(package.relative_to(ROOT)) for package in MAP_PACKAGES), "a map per package"
 
 
-@pytest.mark.parametrize("package", SHIM_PACKAGES, ids=lambda path: str(path.relative_to(ROOT)))
+@pytest.mark.parametrize("package", MAP_PACKAGES, ids=lambda path: str(path.relative_to(ROOT)))
 def test_every_module_appears_in_its_packages_map(package):
     """A newcomer finds a module from its package's map: each one is there, and the map names nothing that is gone."""
     listed, present = map_of(package), contents_of(package)

@@ -1,9 +1,8 @@
-"""The service's prose stays short: each module says what it is and why in a few lines, a package's __init__ adds its
-map, and docstrings and comments stay a small share of the service's lines (the rest is in docs/)."""
+"""The service's prose stays short: each module says what it is and why in a few lines, and docstrings and comments
+stay a small share of the service's lines (the rest is in docs/, the packages' maps in docs/architecture.md)."""
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import pytest
@@ -12,9 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ("shim", "wire", "intern_decision_model", "model_repository")
 MODULES = sorted(path for top in SERVICE for path in (ROOT / top).rglob("*.py"))
 MAX_MODULE_DOCSTRING_LINES = 5
-MAX_PROSE_PERCENT = 14
-# A map entry, as tests/unit/test_layout.py reads a package's map.
-MAP_ENTRY = re.compile(r"^([a-z_][a-z0-9_]*(?:/|\.json)?)(?: {2,}|$)", re.M)
+# Over all lines, blank ones included, as uvicorn's 6.7 % and Starlette's 6.5 % are counted.
+MAX_PROSE_PERCENT = 8
 
 
 def docstring_node(node: ast.AST) -> ast.Expr | None:
@@ -26,7 +24,7 @@ def docstring_node(node: ast.AST) -> ast.Expr | None:
 
 
 def prose_lines(path: Path) -> tuple[int, int]:
-    """(docstring and comment lines, non-blank lines) of one module."""
+    """(docstring and comment lines, all lines) of one module."""
     source = path.read_text()
     lines = source.splitlines()
     in_docstrings: set[int] = set()
@@ -35,22 +33,19 @@ def prose_lines(path: Path) -> tuple[int, int]:
             if (doc := docstring_node(node)) is not None:
                 in_docstrings.update(range(doc.lineno, doc.end_lineno + 1))
     prose = sum(1 for number, line in enumerate(lines, 1) if number in in_docstrings or line.strip().startswith("#"))
-    return prose, sum(1 for line in lines if line.strip())
+    return prose, len(lines)
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(ROOT)))
 def test_a_module_docstring_says_what_and_why_in_at_most_five_lines(path):
-    """A package's map (one line an entry, read by test_layout) does not count; the prose around it does."""
     doc = docstring_node(ast.parse(path.read_text()))
     assert doc is not None, "every service module says what it is"
     lines = [line for line in doc.value.value.strip().splitlines() if line.strip()]
-    if path.name == "__init__.py":
-        lines = [line for line in lines if not MAP_ENTRY.match(line)]
     assert len(lines) <= MAX_MODULE_DOCSTRING_LINES, f"{len(lines)} lines: move the detail to docs/ or to its line"
 
 
 def test_docstrings_and_comments_stay_a_small_share_of_the_service():
     prose, total = map(sum, zip(*(prose_lines(path) for path in MODULES)))
     share = 100 * prose / total
-    assert share <= MAX_PROSE_PERCENT, f"{share:.1f} % of the service's non-blank lines are docstrings and comments"
+    assert share <= MAX_PROSE_PERCENT, f"{share:.1f} % of the service's lines are docstrings and comments"
 

@@ -63,7 +63,6 @@ class _CallTimer:
         self.call, self._started = call, time.perf_counter()
 
     def seconds(self) -> float:
-        """Seconds since the current step began."""
         return time.perf_counter() - self._started
 
 
@@ -117,8 +116,7 @@ class TritonPythonModel:
                     encoded.append(protocol.encode_answer(answer))
                     records.append(CallRecord(OK_OUTCOME, each.decode_seconds + timer.seconds(),
                                               wire_answer.input_tokens(answer)))
-                    # counted as each call ends, not with the request: the liveness ping (wire/liveness.py) reads
-                    # the count to tell a model busy with a long request from a hung one
+                    # counted as each call ends: the liveness check tells a busy model from a hung one by it
                     self._metrics.record(records[-1:])
             output = pb_utils.Tensor(RESPONSE, np.array(encoded, dtype=np.object_))
             response = pb_utils.InferenceResponse(output_tensors=[output])
