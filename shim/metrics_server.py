@@ -94,7 +94,6 @@ class _Held:
     sock: socket.socket
     opened_at: float
     read_whole: bool = False  # its request head is in: it is being answered, and never gives way
-    gave_way: bool = False  # closed for a lighter source's connection, which took its slot
 
 
 class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
@@ -124,7 +123,6 @@ class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
                 giving = self._giving_way(mine)
                 if giving is None:
                     return False
-                giving.gave_way = True
                 del self._held[giving.sock]
                 self._per_source[giving.source] -= 1
                 with contextlib.suppress(OSError):
