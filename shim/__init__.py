@@ -12,6 +12,7 @@ errors/     every error answered: the codes, the exceptions, the envelope and it
 drain       SIGTERM's drain: refuse new POSTs after DRAIN_SECONDS, answer the queue, exit when nothing is left
 json_body   a request's JSON read strictly, off the event loop when it is large
 client_gone  a request whose client went away is not scored (499)
+queue_place  an admitted POST's place, which its wait for the lock gives up when a lighter source takes it
 context     the request's id and usage, in ContextVars
 settings    configuration from INTERN_DECISION_* (validated, fail closed)
 metrics     the Prometheus series, on a registry of their own                                      (pure)

@@ -8,7 +8,8 @@ framing     Transfer-Encoding other than chunked refused; an early answer closes
 auth        the bearer token
 tokens      the tokens auth accepts, compared in constant time
 drain_gate  a new POST refused once the drain refuses
-admission   at most MAX_QUEUE POSTs queued or scoring
+admission   at most MAX_QUEUE POSTs queued or scoring, MAX_QUEUE_PER_PEER of them from one source
+queue_share  who holds the queue's places, and whose place a lighter source takes when it is full       (pure)
 body        the Content-Encoding known, the body read within its limits, decoded and replayed
 encoding    gzip and zstd decoded within the body's limit, in bounded steps
 disconnect  the POST's channel watched for the client's leaving

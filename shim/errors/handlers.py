@@ -1,5 +1,6 @@
 """Starlette's exception handlers: every error the app raises, and what the port tells (the drain stopped the queue,
-the client went away), answered through the one writer in the shape of the route's surface."""
+the request's place was reclaimed, the client went away), answered through the one writer in the shape of the
+route's surface."""
 from __future__ import annotations
 
 import logging
@@ -9,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..client_gone import ClientGone
-from ..port.waiting import QueueStopped
+from ..port.waiting import QueueStopped, Reclaimed
 from .answer import response
-from .codes import CLIENT_GONE, DRAINING, HTTP_CODES, INVALID, SCORING_FAILED
+from .codes import BUSY, CLIENT_GONE, DRAINING, HTTP_CODES, INVALID, SCORING_FAILED
 from .envelope import envelope
 from .failures import Failure, ModelFailure
 from .raised import ApiError, UnprocessableRequest
@@ -27,16 +28,23 @@ def error_body(exc: ApiError | UnprocessableRequest) -> dict:
     return envelope(INVALID, str(exc), detail=exc.detail)
 
 
-def as_api_error(exc: QueueStopped | ClientGone) -> ApiError:
+def as_api_error(exc: QueueStopped | Reclaimed | ClientGone) -> ApiError:
     """What the port tells, answered: a request the drain stopped before it held the lock is 503 draining, with the
-    connection closed so that the retry opens one to another replica; one whose client went away is 499, read by no
-    one (the status is for the access line and the series)."""
+    connection closed so that the retry opens one to another replica; one whose place went to a lighter source is 429
+    busy, as a full queue; one whose client went away is 499, read by no one (the status is for the access line and
+    the series)."""
     if isinstance(exc, QueueStopped):
         return ApiError(DRAINING, DRAINING.words)
+    if isinstance(exc, Reclaimed):
+        return ApiError(BUSY, RECLAIMED)
     return ApiError(CLIENT_GONE, str(exc))
 
 
-async def port_outcome(request: Request, exc: QueueStopped | ClientGone) -> JSONResponse:
+# A request that waited, from the heaviest source, when the queue was full and a lighter source's POST came.
+RECLAIMED = "the queue is full and this client's source holds the most of it; retry later"
+
+
+async def port_outcome(request: Request, exc: QueueStopped | Reclaimed | ClientGone) -> JSONResponse:
     return await api_error(request, as_api_error(exc))
 
 
@@ -71,4 +79,5 @@ UNEXPECTED_FAILURE = "failed while building the response; the log has the detail
 
 
 EXCEPTION_HANDLERS = {UnprocessableRequest: invalid_request, ApiError: api_error, QueueStopped: port_outcome,
-                      ClientGone: port_outcome, HTTPException: http_error, Exception: unexpected}
+                      Reclaimed: port_outcome, ClientGone: port_outcome, HTTPException: http_error,
+                      Exception: unexpected}
