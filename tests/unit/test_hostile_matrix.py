@@ -513,9 +513,9 @@ def answered(call: Callable[[], httpx.Response]) -> httpx.Response | str:
         return repr(exc)
 
 
-# A refusal a victim may get in its turn, by front: the shim published alone keeps one queue for every address
-# (MAX_QUEUE; its per-address share, MAX_CONNECTIONS_PER_PEER, is of connections, twice the queue by default), so a
-# POST there may find the queue full of another's requests and be 429 busy, in the envelope with Retry-After.
+# A refusal a victim may get in its turn, by front: the shim published alone holds each address to its share of the
+# queue (MAX_QUEUE_PER_PEER), and a POST there may still find the queue full and be 429 busy, in the envelope with
+# Retry-After.
 # Behind the balancer one address holds no more than its share of POSTs: the victim is served.
 REFUSED_IN_TURN = {"shim": {429: "busy"}, "balancer": {}}
 
@@ -660,10 +660,10 @@ COUNT_ATTACKS = {attack.__name__: attack for attack in (header_flood, chunk_floo
 # What each attack's requests may meet, by front: the bound it names (HAProxy refuses past 100 headers itself,
 # 400; it forwards a chunked body re-chunked by its buffers, so the shim's chunk bound is not what meets it there:
 # its POSTs in flight and the shim's body bounds are). "closed" at the balancer: a connection past the source's
-# share, refused as it connects.
+# share, refused as it connects. At the shim a flood's POSTs past its source's share of the queue are 429 busy.
 BOUNDS = {
     ("header_flood", "shim"): {431}, ("header_flood", "balancer"): {400, "closed"},
-    ("chunk_flood", "shim"): {413}, ("chunk_flood", "balancer"): {200, 413, 422, 429, "closed"},
+    ("chunk_flood", "shim"): {413, 429}, ("chunk_flood", "balancer"): {200, 413, 422, 429, "closed"},
     ("many_sources_trickling_heads", "shim"): {503, "closed"},
     ("many_sources_trickling_heads", "balancer"): {"closed"},
 }
