@@ -239,7 +239,8 @@ def _shim(gpu: int, next_token: bool, grace_seconds: int) -> dict:
                         "INTERN_DECISION_METRICS_HOST": "0.0.0.0",
                         "INTERN_DECISION_METRICS_PORT": str(SHIM_METRICS_PORT),
                         # every connection comes from HAProxy: the per-source bounds are its own
-                        "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0"},
+                        "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0",
+                        "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0"},
         "secrets": ["api_token", "triton_api_key"],
         # The replica's namespace, Triton's too, as in a pod: the shim talks to its own Triton on 127.0.0.1 only,
         # and a restarted Triton comes back in the same namespace.

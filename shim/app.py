@@ -23,6 +23,7 @@ from .edge.body import BodyReader, KnownEncoding
 from .edge.disconnect import DisconnectWatch
 from .edge.drain_gate import RefuseWhileDraining
 from .edge.framing import CloseUnread, TransferEncodingGuard
+from .edge.queue_share import QueueShare
 from .edge.request_id import RequestId
 from .edge.tokens import AcceptedTokens
 from .edge.trace import TraceRequest
@@ -36,6 +37,7 @@ from .port.triton import TritonModel
 from .port.watch import ModelWatch
 from .semif.routes import semif_routes
 from .server.limits import ConnectionLimits
+from .server.roster import address_matcher, source_of
 from .semif.service import DecisionService
 from .settings import ShimSettings
 from .systemone.conventions import SystemOneConventions
@@ -129,11 +131,17 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
                    authenticated_paths=frozenset({"/v1/models", MCP_PATH})),
         Middleware(RefuseWhileDraining, drain=drain),
         Middleware(KnownEncoding),
-        Middleware(Admission, max_queue=settings.max_queue, drain=drain),
+        Middleware(Admission, share=queue_share(settings), drain=drain),
         Middleware(BodyReader, max_body_bytes=settings.max_body_bytes,
                    body_timeout_seconds=settings.body_timeout_seconds, max_decode_ratio=settings.max_decode_ratio),
         Middleware(DisconnectWatch),
     ]
+
+
+def queue_share(settings: ShimSettings) -> QueueShare:
+    """The queue's places, each source keyed and the balancers exempted as the server's connections are."""
+    return QueueShare(settings.max_queue, settings.max_queue_per_peer or None, source=source_of,
+                      exempt=address_matcher(settings.balancer_addresses))
 
 
 def create_app(settings: ShimSettings, model: Model | None = None, metrics: ShimMetrics | None = None) -> Starlette:

@@ -18,6 +18,11 @@ _EVERY_ADDRESS = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1", "[::]": 
 _MODEL_NAME = re.compile(r"[\x21-\x7e]{1,128}")
 
 
+def queue_share(max_queue: int) -> int:
+    """One source's share of the queue unless set: a quarter of it, as the balancer's per-source POSTs, at least 1."""
+    return max(1, max_queue // 4)
+
+
 @dataclass(frozen=True)
 class ShimSettings:
     """Each default is written once, in its field; from_env reads the variables and falls back on the fields."""
@@ -28,6 +33,7 @@ class ShimSettings:
     max_decisions: int = 64
     max_body_bytes: int = 1024 * 1024
     max_queue: int = 32
+    max_queue_per_peer: int = queue_share(max_queue)
     triton_url: str = "127.0.0.1:8000"
     metrics_url: str = "http://127.0.0.1:8002/metrics"
     model_name: str = "intern_decision"
@@ -85,6 +91,10 @@ class ShimSettings:
         if not re.fullmatch(r"[A-Za-z0-9_\-.]+", model_name):
             raise ValueError(f"{PREFIX}MODEL_NAME must be a Triton model name, got {model_name!r}")
         max_queue = integer(env, "MAX_QUEUE", cls.max_queue)
+        max_queue_per_peer = integer(env, "MAX_QUEUE_PER_PEER", queue_share(max_queue), minimum=0)
+        if max_queue_per_peer > max_queue:
+            raise ValueError(f"{PREFIX}MAX_QUEUE_PER_PEER must be at most {PREFIX}MAX_QUEUE ({max_queue}), "
+                             f"got {max_queue_per_peer}")
         max_connections = integer(env, "MAX_CONNECTIONS", cls.max_connections)
         if max_connections <= max_queue:  # a full queue must leave room for /health and the refusals
             raise ValueError(f"{PREFIX}MAX_CONNECTIONS must be above {PREFIX}MAX_QUEUE ({max_queue}), "
@@ -95,6 +105,7 @@ class ShimSettings:
             max_decisions=integer(env, "MAX_DECISIONS", cls.max_decisions),
             max_body_bytes=integer(env, "MAX_BODY_BYTES", cls.max_body_bytes),
             max_queue=max_queue,
+            max_queue_per_peer=max_queue_per_peer,
             triton_url=triton_url,
             metrics_url=metrics_url,
             model_name=model_name,

@@ -16,7 +16,7 @@ from .. import context
 from ..client_gone import ClientGone
 from ..errors import ApiError, UnprocessableRequest
 from ..errors.handlers import as_api_error, error_body
-from ..port.waiting import QueueStopped
+from ..port.waiting import QueueStopped, Reclaimed
 from .mcp_body import ARGUMENTS, LARGE, NOT_STRICT, read_once
 from .mcp_schemas import schema_of
 from .request import SystemOneInvalid
@@ -104,7 +104,7 @@ class SystemOneTools:
             result = await operation(arguments or {}, request_id, state.get(LARGE, False))
         except (ApiError, UnprocessableRequest) as exc:
             return tool_error(exc)
-        except (QueueStopped, ClientGone) as exc:
+        except (QueueStopped, Reclaimed, ClientGone) as exc:
             return tool_error(as_api_error(exc))
         return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(result))],
                                     structured_content=result)

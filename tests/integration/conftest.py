@@ -41,7 +41,9 @@ def triton(fixture_pins, otlp, tmp_path_factory) -> TritonServer:
 @pytest.fixture(scope="session")
 def shim(triton, tmp_path_factory) -> ShimServer:
     # No idle pings from the session's shim: the model's tests count Triton's inference requests.
+    # One address fills the queue in these tests: no share of it per source.
     env = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_MAX_QUEUE": str(SHIM_MAX_QUEUE),
+           "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0",
            "INTERN_DECISION_MAX_BODY_BYTES": str(SHIM_MAX_BODY_BYTES),
            "INTERN_DECISION_BODY_TIMEOUT_SECONDS": str(SHIM_BODY_TIMEOUT_SECONDS),
            "INTERN_DECISION_PROBE_SECONDS": "3600"}

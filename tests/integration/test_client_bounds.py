@@ -29,7 +29,8 @@ MAX_PIPELINED_REQUESTS = 16  # shim/server/limits.py
 @pytest.fixture(scope="module")
 def bounded(triton, tmp_path_factory) -> ShimServer:
     env = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_PROBE_SECONDS": "3600",
-           "INTERN_DECISION_MAX_QUEUE": "2", "INTERN_DECISION_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+           "INTERN_DECISION_MAX_QUEUE": "2", "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0",
+           "INTERN_DECISION_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
            "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": str(PER_PEER)}
     with ShimServer(triton, env, tmp_path_factory.mktemp("bounded-shim") / "shim.log").serving(60) as server:
         yield server

@@ -32,7 +32,7 @@ NO_CALLS = {"ok": 0, "invalid": 0, "out_of_memory": 0, "failed": 0}
 
 def shim_for(triton, folder, **env: str) -> ShimServer:
     settings = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_PROBE_SECONDS": "3600",
-                "INTERN_DECISION_MAX_QUEUE": "4",
+                "INTERN_DECISION_MAX_QUEUE": "4", "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0",
                 **{f"INTERN_DECISION_{name}": value for name, value in env.items()}}
     return ShimServer(triton, settings, folder / "shim.log")
 

@@ -54,6 +54,7 @@ class Replica:
     def start_shim(self, **extra: str) -> ShimServer:
         old = self.shim
         env = {"INTERN_DECISION_API_TOKEN": SHIM_TOKEN, "INTERN_DECISION_MAX_QUEUE": str(MAX_QUEUE),
+               "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0",
                "INTERN_DECISION_DRAIN_SECONDS": str(DRAIN_SECONDS), "INTERN_DECISION_PROBE_SECONDS": "0.5",
                **{f"INTERN_DECISION_{name}": value for name, value in extra.items()}}
         self.shim = ShimServer(self.triton, env, self.folder / f"shim-{time.monotonic_ns()}.log",

@@ -7,11 +7,11 @@ import json
 
 
 class RawRequest:
-    def __init__(self, app, path: str, body: dict, headers: dict[str, str]):
+    def __init__(self, app, path: str, body: dict, headers: dict[str, str], client: str = "127.0.0.1"):
         self.app = app
         self.scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
                       "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-                      "root_path": "", "client": ("127.0.0.1", 1), "server": ("shim", 80),
+                      "root_path": "", "client": (client, 1), "server": ("shim", 80),
                       "headers": [(k.lower().encode(), v.encode()) for k, v in
                                   {"content-type": "application/json", **headers}.items()]}
         self._body = json.dumps(body).encode()

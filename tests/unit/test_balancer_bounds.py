@@ -44,7 +44,8 @@ SHIM = ("import logging, sys; logging.basicConfig(level=logging.INFO, format='%(
 def shim_env(**settings: str) -> dict:
     return {**os.environ, "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
             "INTERN_DECISION_MAX_BODY_BYTES": str(MAX_BODY_BYTES), "INTERN_DECISION_PROBE_SECONDS": "3600",
-            "INTERN_DECISION_DRAIN_SECONDS": "0.2", "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0", **settings}
+            "INTERN_DECISION_DRAIN_SECONDS": "0.2", "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0",
+            "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0", **settings}
 
 
 @contextmanager

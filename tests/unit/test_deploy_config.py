@@ -180,8 +180,9 @@ def test_tritons_ports_are_not_published_and_live_on_an_internal_network(compose
     # The shim in Triton's namespace, as in a pod: Triton's API on 127.0.0.1 reaches it and nothing else.
     assert triton["network_mode"] == services["shim"]["network_mode"] == "service:pod"
     assert "networks" not in triton and "networks" not in services["shim"]
-    # Behind HAProxy every connection comes from its address: no per-peer share in the shim, HAProxy's per source.
+    # Behind HAProxy every connection comes from its address: no per-peer shares in the shim, HAProxy's per source.
     assert environment(services["shim"])["INTERN_DECISION_MAX_CONNECTIONS_PER_PEER"] == "0"
+    assert environment(services["shim"])["INTERN_DECISION_MAX_QUEUE_PER_PEER"] == "0"
     assert environment(services["shim"])["INTERN_DECISION_TRITON_URL"] == "127.0.0.1:8000"
     assert set(services["haproxy"]["networks"]) == {"backend", "edge"}
     assert set(services["prometheus"]["networks"]) >= {"backend"}

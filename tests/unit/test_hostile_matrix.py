@@ -521,9 +521,9 @@ def answered(call: Callable[[], httpx.Response]) -> httpx.Response | str:
         return repr(exc)
 
 
-# A refusal a victim may get in its turn, by front: the shim published alone keeps one queue for every address
-# (MAX_QUEUE; its per-address share, MAX_CONNECTIONS_PER_PEER, is of connections, twice the queue by default), so a
-# POST there may find the queue full of another's requests and be 429 busy, in the envelope with Retry-After.
+# A refusal a victim may get in its turn, by front: the shim published alone holds each address to its share of the
+# queue (MAX_QUEUE_PER_PEER), and a POST there may still find the queue full and be 429 busy, in the envelope with
+# Retry-After.
 # Behind the balancer one address holds no more than its share of POSTs: the victim is served.
 REFUSED_IN_TURN = {"shim": {429: "busy"}, "balancer": {}}
 
@@ -724,7 +724,7 @@ SHARE = 429  # past the source's POSTs in flight (the balancer's share, or the s
 # "closed" at the balancer: a connection past the source's share, refused as it connects.
 COUNT_ATTACKS = {
     header_flood: ([GET_ENTRY, POST_ENTRY], {"shim": ({431}, set()), "balancer": ({400}, {"closed"})}),
-    chunk_flood: ([GET_ENTRY, POST_ENTRY], {"shim": ({413}, set()),
+    chunk_flood: ([GET_ENTRY, POST_ENTRY], {"shim": ({413}, {SHARE}),
                                             "balancer": ({200, 413, SHARE, "closed"}, {422})}),
     trickling_heads_past_the_share: ([GET_ENTRY, POST_ENTRY], {"shim": ({503, "closed"}, set()),
                                                                "balancer": ({"closed"}, set())}),

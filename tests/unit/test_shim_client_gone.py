@@ -76,7 +76,7 @@ async def test_a_request_already_scoring_finishes_every_call_when_its_client_goe
 
 async def test_a_client_gone_before_its_turn_frees_its_queue_slot_at_once(held):
     _, model, metrics = held
-    app = create_app(make_settings(max_queue="2"), model, metrics)
+    app = create_app(make_settings(max_queue="2", max_queue_per_peer="2"), model, metrics)
     scoring = RawRequest(app, "/decide", decide_body(id="first"), AUTH).start()
     await until(lambda: len(model.calls) == 1)
     waiting = RawRequest(app, "/decide", decide_body(id="second"), AUTH).start()

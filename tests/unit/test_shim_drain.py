@@ -162,7 +162,8 @@ def test_sigterm_with_a_full_queue_answers_every_admitted_request_before_one_mor
     call, drain_seconds, queue = 3.0, 0.5, 6
     port = free_port()
     env = {**os.environ, "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
-           "INTERN_DECISION_MAX_QUEUE": str(queue), "INTERN_DECISION_DRAIN_SECONDS": str(drain_seconds),
+           "INTERN_DECISION_MAX_QUEUE": str(queue), "INTERN_DECISION_MAX_QUEUE_PER_PEER": str(queue),
+           "INTERN_DECISION_DRAIN_SECONDS": str(drain_seconds),
            "INTERN_DECISION_PROBE_SECONDS": "3600", "FAKE_CALL_SECONDS": str(call)}
     log = (tmp_path / "shim.log").open("wb")
     process = subprocess.Popen([sys.executable, "-m", "tests.unit.fake_shim", "--port", str(port)],

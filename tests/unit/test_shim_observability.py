@@ -42,7 +42,7 @@ def metrics():
 
 @pytest.fixture
 async def client(model, metrics):
-    app = create_app(make_settings(max_queue="2"), model, metrics)
+    app = create_app(make_settings(max_queue="2", max_queue_per_peer="2"), model, metrics)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shim") as client:
         yield client
 

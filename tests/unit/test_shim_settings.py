@@ -113,6 +113,22 @@ def test_the_connection_bounds_and_max_connections_above_the_queue():
         ShimSettings.from_env({**SECRETS, "INTERN_DECISION_MAX_QUEUE": "4", "INTERN_DECISION_MAX_CONNECTIONS": "4"})
 
 
+def test_a_sources_share_of_the_queue_is_a_quarter_of_it_unless_set():
+    assert ShimSettings.from_env(SECRETS).max_queue_per_peer == 8 == ShimSettings.max_queue_per_peer
+    queue = {**SECRETS, "INTERN_DECISION_MAX_QUEUE": "10"}
+    assert ShimSettings.from_env(queue).max_queue_per_peer == 2
+    assert ShimSettings.from_env({**queue, "INTERN_DECISION_MAX_QUEUE": "3"}).max_queue_per_peer == 1
+    assert ShimSettings.from_env({**queue, "INTERN_DECISION_MAX_QUEUE_PER_PEER": "10"}).max_queue_per_peer == 10
+    assert ShimSettings.from_env({**queue, "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0"}).max_queue_per_peer == 0
+
+
+@pytest.mark.parametrize("value", ["11", "-1", "few", " 2"])
+def test_a_share_of_the_queue_past_it_or_not_a_count_is_refused(value):
+    with pytest.raises(ValueError, match="INTERN_DECISION_MAX_QUEUE_PER_PEER"):
+        ShimSettings.from_env({**SECRETS, "INTERN_DECISION_MAX_QUEUE": "10",
+                               "INTERN_DECISION_MAX_QUEUE_PER_PEER": value})
+
+
 # --- where python -m shim listens: the same settings, the command line's --host and --port in place of the variables
 
 

@@ -1,0 +1,114 @@
+"""The queue's places per source (shim/edge/queue_share.py): a source's share, the balancers exempt, and, when the queue
+is full, the heaviest source's newest waiting request giving way to a lighter source's."""
+from __future__ import annotations
+
+from shim.edge.queue_share import QueueAdmission, QueueShare
+from shim.server.roster import address_matcher, source_of
+
+ATTACKER, VICTIM, THIRD = "10.0.0.1", "10.0.0.2", "10.0.0.3"
+BALANCER = "10.9.0.7"
+
+
+def share(total: int = 8, per_source: int | None = 2) -> QueueShare:
+    return QueueShare(total, per_source, source=source_of, exempt=address_matcher([f"{BALANCER}/32"]))
+
+
+def fill(queue: QueueShare, peer: str, count: int, waiting: bool = True) -> list[str]:
+    """`count` requests from `peer` admitted, each waiting for the lock when `waiting`."""
+    names = [f"{peer}#{len(queue)}+{n}" for n in range(count)]
+    for name in names:
+        assert queue.admit(name, peer).admitted
+        if waiting:
+            queue.waiting(name, True)
+    return names
+
+
+def test_a_source_past_its_share_is_refused_and_another_admitted():
+    queue = share()
+    fill(queue, ATTACKER, 2)
+    assert queue.admit("one more", ATTACKER) == QueueAdmission(False, over="peer")
+    assert queue.admit("victim", VICTIM) == QueueAdmission(True)
+    assert queue.held_by(ATTACKER) == 2 and len(queue) == 3
+
+
+def test_an_answered_request_frees_its_sources_place():
+    queue = share()
+    first, _ = fill(queue, ATTACKER, 2)
+    queue.left(first)
+    queue.left(first)  # a second call is a no-op
+    assert queue.held_by(ATTACKER) == 1 and queue.admit("again", ATTACKER).admitted
+
+
+def test_one_ipv6_64_is_one_source():
+    queue = share()
+    fill(queue, "2001:db8::1", 1)
+    fill(queue, "2001:db8::2", 1)
+    assert not queue.admit("third", "2001:db8::3").admitted
+    assert queue.admit("other 64", "2001:db8:0:1::1").admitted
+
+
+def test_a_balancers_requests_are_exempt_from_the_share_but_fill_the_queue():
+    queue = share(total=4)
+    fill(queue, BALANCER, 4)
+    assert queue.held_by(BALANCER) == 0
+    assert queue.admit("direct", ATTACKER) == QueueAdmission(False, over="total")
+
+
+def test_no_share_admits_one_source_up_to_the_whole_queue_and_reclaims_nothing():
+    queue = share(total=4, per_source=None)
+    fill(queue, ATTACKER, 4)
+    assert queue.admit("victim", VICTIM) == QueueAdmission(False, over="total")
+
+
+def test_a_full_queue_gives_the_heaviest_sources_newest_waiting_place_to_a_lighter_source():
+    queue = share(total=6, per_source=3)
+    attacker = fill(queue, ATTACKER, 3)
+    fill(queue, THIRD, 2)
+    fill(queue, VICTIM, 1)
+    verdict = queue.admit("victim's second", VICTIM)
+    assert verdict == QueueAdmission(True, reclaim=attacker[-1])
+    assert queue.held_by(ATTACKER) == 2 and queue.held_by(VICTIM) == 2 and len(queue) == 6
+    queue.left(attacker[-1])  # the reclaimed request answered: already forgotten
+    assert queue.held_by(ATTACKER) == 2 and len(queue) == 6
+
+
+def test_a_source_holding_as_many_as_the_heaviest_reclaims_nothing():
+    queue = share(total=4, per_source=2)
+    fill(queue, ATTACKER, 2)
+    fill(queue, VICTIM, 2)
+    assert queue.admit("third's", THIRD).reclaim is not None  # holds none: lighter
+    queue = share(total=4, per_source=3)
+    fill(queue, ATTACKER, 2)
+    fill(queue, VICTIM, 2)
+    assert queue.admit("victim's third", VICTIM) == QueueAdmission(False, over="total")
+
+
+def test_nothing_waiting_is_nothing_reclaimed():
+    queue = share(total=4, per_source=4)
+    fill(queue, ATTACKER, 4, waiting=False)  # admitted, their bodies still arriving
+    assert queue.admit("victim", VICTIM) == QueueAdmission(False, over="total")
+
+
+def test_a_request_that_held_the_lock_is_never_reclaimed():
+    queue = share(total=2, per_source=2)
+    scoring, waiting = fill(queue, ATTACKER, 2)
+    queue.waiting(scoring, False)  # it holds the lock now
+    queue.waiting(scoring, True)  # a later wait of the same request does not make it reclaimable again
+    assert queue.admit("victim", VICTIM).reclaim == waiting
+    assert queue.admit("third", THIRD) == QueueAdmission(False, over="total")
+
+
+def test_the_heaviest_source_with_a_waiting_request_gives_way_when_the_heaviest_has_none():
+    queue = share(total=5, per_source=3)
+    fill(queue, ATTACKER, 3, waiting=False)
+    third = fill(queue, THIRD, 2)
+    assert queue.admit("victim", VICTIM).reclaim == third[-1]
+
+
+def test_a_balancers_requests_are_never_reclaimed_and_reclaim_from_a_direct_source():
+    queue = share(total=4, per_source=2)
+    fill(queue, BALANCER, 2)
+    attacker = fill(queue, ATTACKER, 2)
+    assert queue.admit("victim", VICTIM).reclaim == attacker[-1]
+    assert queue.admit("through the balancer", BALANCER).reclaim == attacker[0]
+    assert queue.admit("another", THIRD) == QueueAdmission(False, over="total")

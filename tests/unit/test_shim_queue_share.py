@@ -1,0 +1,103 @@
+"""The queue's share per source through the real app over a fake model held by a gate: one address holding its
+share leaves room for another, a balancer's address is exempt, and a full queue gives a lighter source's POST the
+place of the heaviest source's newest waiting request (429 busy), never scored."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from shim.app import build_service
+from shim.metrics import ShimMetrics
+
+from .asgi_exchange import RawRequest
+from .fake_model import FakeModel
+from .shim_helpers import AUTH, decide_body, make_settings
+
+pytestmark = pytest.mark.anyio
+
+ATTACKER, VICTIM, BALANCER = "10.0.0.1", "10.0.0.2", "10.9.0.7"
+
+
+async def until(condition, seconds: float = 2.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def held_service(**env: str):
+    """The app over a model whose calls wait for a gate, its drain, the model and its metrics."""
+    model = FakeModel(base={"approve": 1.0})
+    model.gate = asyncio.Event()
+    metrics = ShimMetrics()
+    service = build_service(make_settings(**env), model, metrics)
+    return service, model, metrics
+
+
+def queued(metrics: ShimMetrics) -> float:
+    return metrics.registry.get_sample_value("intern_decision_shim_requests_queued")
+
+
+def post(app, client: str, number: int) -> RawRequest:
+    return RawRequest(app, "/decide", decide_body(id=f"d{number}"), AUTH, client=client).start()
+
+
+def error_of(request: RawRequest) -> tuple[int, str, dict]:
+    start = next(message for message in request.sent if message["type"] == "http.response.start")
+    body = b"".join(message.get("body", b"") for message in request.sent if message["type"] == "http.response.body")
+    headers = {name.decode(): value.decode() for name, value in start["headers"]}
+    return start["status"], json.loads(body)["error"]["code"], headers
+
+
+async def test_another_address_is_served_while_one_holds_its_share():
+    service, model, metrics = held_service(max_queue="8")  # a share of 2
+    scoring = post(service.app, ATTACKER, 0)
+    await until(lambda: len(model.calls) == 1)
+    waiting = post(service.app, ATTACKER, 1)
+    await until(lambda: queued(metrics) == 1)
+    refused = post(service.app, ATTACKER, 2)
+    await asyncio.wait_for(refused.task, 2)
+    status, code, headers = error_of(refused)
+    assert (status, code, headers["retry-after"]) == (429, "busy", "1")
+    assert "MAX_QUEUE_PER_PEER" in json.loads(refused.sent[-1]["body"])["error"]["message"]
+    victim = post(service.app, VICTIM, 3)
+    await until(lambda: queued(metrics) == 2)
+    model.gate.set()
+    await asyncio.wait_for(asyncio.gather(scoring.task, waiting.task, victim.task), 2)
+    assert (scoring.status, waiting.status, victim.status) == (200, 200, 200)
+    assert service.drain.admitted == 0
+
+
+async def test_a_full_queue_gives_the_heaviest_sources_waiting_place_to_a_lighter_source():
+    service, model, metrics = held_service(max_queue="2", max_queue_per_peer="2")
+    scoring = post(service.app, ATTACKER, 0)
+    await until(lambda: len(model.calls) == 1)
+    waiting = post(service.app, ATTACKER, 1)
+    await until(lambda: queued(metrics) == 1)
+    victim = post(service.app, VICTIM, 2)
+    await asyncio.wait_for(waiting.task, 2)
+    status, code, headers = error_of(waiting)
+    assert (status, code, headers["retry-after"]) == (429, "busy", "1")
+    await until(lambda: queued(metrics) == 1)  # the victim waits in its place
+    refused = post(service.app, ATTACKER, 3)  # the attacker holds 1, as many as the victim: it takes nothing
+    await asyncio.wait_for(refused.task, 2)
+    assert error_of(refused)[:2] == (429, "busy")
+    model.gate.set()
+    await asyncio.wait_for(asyncio.gather(scoring.task, victim.task), 2)
+    assert (scoring.status, victim.status) == (200, 200)
+    assert len(model.calls) == 2  # the reclaimed request was never scored
+    assert service.drain.admitted == 0 and queued(metrics) == 0
+
+
+async def test_a_balancers_address_is_exempt_from_the_share_but_not_from_the_queue():
+    service, model, metrics = held_service(max_queue="4", balancer_addresses=BALANCER)  # a share of 1
+    requests = [post(service.app, BALANCER, number) for number in range(4)]
+    await until(lambda: len(model.calls) == 1 and queued(metrics) == 3)
+    refused = post(service.app, BALANCER, 4)
+    await asyncio.wait_for(refused.task, 2)
+    assert error_of(refused)[:2] == (429, "busy")
+    model.gate.set()
+    await asyncio.wait_for(asyncio.gather(*(request.task for request in requests)), 2)
+    assert [request.status for request in requests] == [200] * 4
