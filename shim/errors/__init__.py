@@ -5,6 +5,7 @@ raised      the exceptions the app raises to answer one: ApiError, Unprocessable
 failures    the one failure type of a model call, and why the model is unusable (Problem)               (pure)
 envelope    the envelope, built once in the answering surface's shape                                   (pure)
 answer      the one writer of an error's answer: the edge's, the handlers', MCP's and the server's
+openapi     the OpenAPI document as served: the committed one with the registry's error codes           (pure)
 handlers    Starlette's exception handlers
 """
 from .codes import PublicError
