@@ -63,6 +63,17 @@ def test_every_answer_takes_its_code_from_the_registry():
     assert found == []
 
 
+def test_every_error_the_shim_answers_is_raised_somewhere():
+    """Each error of the registry the shim answers is named by a module outside it (the routing's 404 and 405 through
+    HTTP_CODES): a code registered but never raised fails here."""
+    named = {getattr(node, "id", None) or getattr(node, "attr", None) for path in SHIM.rglob("*.py")
+             if path != REGISTRY_MODULE for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, (ast.Name, ast.Attribute))}
+    unraised = [name for name, value in vars(error_codes).items() if isinstance(value, PublicError)
+                and value.by_shim and value not in HTTP_CODES.values() and name not in named]
+    assert unraised == [] and "HTTP_CODES" in named
+
+
 def test_the_errors_the_app_raises_are_the_registrys():
     assert {failure.error for failure in errors.Failure} <= set(REGISTRY)
     assert set(HTTP_CODES.values()) <= set(REGISTRY)
