@@ -18,5 +18,5 @@ metrics     the Prometheus series, on a registry of their own                   
 metrics_server  the metrics' own HTTP server on a port of their own                                (I/O)
 logs        JSON log lines, the request id on every one
 tracing     OpenTelemetry's tracer, exporting over OTLP/HTTP when OTLP_ENDPOINT is set
-openapi.json  the surface's OpenAPI document, served at /openapi.json
+openapi.json  the surface's OpenAPI document, served at /openapi.json with the registry's error codes (errors/)
 """

@@ -1,6 +1,7 @@
 """Every public error code, defined once: its status, code and fixed words, TypeSafe's error type for it, whether
-it asks the caller to wait (Retry-After) and whether it closes the connection. The docs' errors tables, the OpenAPI
-document and the balancer's answers are held to it by tests/unit/test_error_codes.py."""
+it asks the caller to wait (Retry-After), whether it closes the connection and which routes answer it. The served
+OpenAPI document's error codes are built from it (errors/openapi.py); the docs' errors tables and the balancer's answers
+are held to it by tests/unit/test_error_codes.py."""
 from __future__ import annotations
 
 from enum import Enum
