@@ -75,7 +75,7 @@ def openapi_document() -> dict:
 
 
 def openapi_route(document: dict) -> Route:
-    body = json.dumps(document, indent=2).encode()
+    body = json.dumps(document).encode()
 
     async def openapi_json(request: Request) -> Response:
         return Response(body, media_type="application/json")
