@@ -28,6 +28,7 @@ from .edge.request_id import RequestId
 from .edge.tokens import AcceptedTokens
 from .edge.trace import TraceRequest
 from .errors.handlers import EXCEPTION_HANDLERS
+from .errors.openapi import served
 from .health import HEALTH_PATH, HealthCheck, health_route
 from .metrics import ShimMetrics
 from .playground.routes import playground_routes
@@ -67,16 +68,17 @@ class ShimApp(Starlette):
         return app
 
 
-def openapi_document() -> bytes:
-    """The surface's OpenAPI document as served; refuses to start when it is missing or not JSON."""
-    raw = OPENAPI_PATH.read_bytes()
-    json.loads(raw)
-    return raw
+def openapi_document() -> dict:
+    """The surface's OpenAPI document as served: shim/openapi.json with the registry's error codes filled in;
+    refuses to start when it is missing or not JSON."""
+    return served(json.loads(OPENAPI_PATH.read_bytes()))
 
 
-def openapi_route(document: bytes) -> Route:
+def openapi_route(document: dict) -> Route:
+    body = json.dumps(document).encode()
+
     async def openapi_json(request: Request) -> Response:
-        return Response(document, media_type="application/json")
+        return Response(body, media_type="application/json")
 
     return Route("/openapi.json", openapi_json, methods=["GET"])
 
@@ -160,7 +162,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
     health_check = HealthCheck(watch, metrics)
     runner = CallRunner(watch, metrics, lock, drain)
     systemone_service = SystemOneService(runner, health_check.facts, settings)
-    mcp = _mcp_tools(systemone_service, json.loads(openapi)) if settings.mcp else None
+    mcp = _mcp_tools(systemone_service, openapi) if settings.mcp else None
     api_routes = [health_route(settings, health_check, drain),
                   *semif_routes(DecisionService(runner, settings.max_decisions)),
                   *systemone_routes(systemone_service)]

@@ -1,17 +1,26 @@
-"""Every public error code, defined once, with its answer's policy; tests/unit/test_error_codes.py holds the docs'
-errors tables, the OpenAPI document and the balancer's answers to it."""
+"""Every public error code, defined once, with its answer's policy and the routes that answer it; the served OpenAPI
+document's codes are built from it (errors/openapi.py), and tests/unit/test_error_codes.py holds the docs to it."""
 from __future__ import annotations
 
+from enum import Enum
 from http import HTTPStatus
 from typing import NamedTuple
 
 RETRY_AFTER_SECONDS = 1
 
 
+class Routes(Enum):
+    """The operations of the OpenAPI document that can answer an error (shim/errors/openapi.py)."""
+
+    EVERY = "every"  # the server's refusals, written before a request is routed
+    TOKEN = "token"  # the routes behind the token: every POST and GET /v1/models
+    POST = "post"
+
+
 class PublicError(NamedTuple):
     """words: the message when it is always the same (None: it names what was refused). by_balancer: the shipped
     HAProxy answers it too. sent: False when only logged and counted. error_type: TypeSafe's word for it on the
-    System One routes (a 422 carries FastAPI's detail instead)."""
+    System One routes (a 422 carries FastAPI's detail instead). routes: the operations documented to answer it."""
 
     status: int
     code: str
@@ -23,6 +32,7 @@ class PublicError(NamedTuple):
     by_balancer: bool = False
     sent: bool = True
     error_type: str = "invalid_request_error"
+    routes: Routes | None = Routes.POST
 
     @property
     def phrase(self) -> str:
@@ -39,15 +49,16 @@ class PublicError(NamedTuple):
 
 
 # Refused by the server before there is a request to route (shim/server/).
-TOO_MANY_PIPELINED = PublicError(400, "too_many_pipelined_requests", closes=True)
-MALFORMED = PublicError(400, "malformed_request", "the request is not valid HTTP/1.1", closes=True)
-HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large", closes=True)
+TOO_MANY_PIPELINED = PublicError(400, "too_many_pipelined_requests", closes=True, routes=Routes.EVERY)
+MALFORMED = PublicError(400, "malformed_request", "the request is not valid HTTP/1.1", closes=True,
+                        routes=Routes.EVERY)
+HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large", closes=True, routes=Routes.EVERY)
 TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections", retry_after=True, closes=True,
-                                   error_type="overloaded_error")
+                                   error_type="overloaded_error", routes=Routes.EVERY)
 # Refused by the edge before the app, in the order a POST meets them.
 UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding", closes=True)
 UNAUTHORIZED = PublicError(401, "unauthorized", "missing or wrong bearer token", by_balancer=True,
-                           error_type="authentication_error")
+                           error_type="authentication_error", routes=Routes.TOKEN)
 # A new POST once the drain refuses, and an admitted one still waiting for the lock (shim/drain.py): the same answer.
 DRAINING = PublicError(503, "draining",
                        "this replica is shutting down and had not started this request; retry (another replica)",
@@ -59,19 +70,20 @@ TOO_LARGE = PublicError(413, "request_too_large", by_balancer=True, error_type="
 # The app's own: validation (and the model's ValueError), an answer that cannot be read, no such route or method.
 INVALID = PublicError(422, "invalid_request")
 SCORING_FAILED = PublicError(500, "scoring_failed", error_type="api_error")
-NOT_FOUND = PublicError(404, "not_found", error_type="not_found_error")
-METHOD_NOT_ALLOWED = PublicError(405, "method_not_allowed")
+NOT_FOUND = PublicError(404, "not_found", error_type="not_found_error", routes=None)
+METHOD_NOT_ALLOWED = PublicError(405, "method_not_allowed", routes=None)
 # The model's: it cannot be used, or it ran out of GPU memory for one request (the wire's Kind says which).
-UNAVAILABLE = PublicError(502, "model_unavailable", "model unavailable", error_type="api_error")
+UNAVAILABLE = PublicError(502, "model_unavailable", "model unavailable", error_type="api_error", routes=Routes.TOKEN)
 OUT_OF_MEMORY = PublicError(503, "out_of_memory",
                             "the model ran out of GPU memory for this request; the service keeps answering",
                             retry_after_on_system_one=True, error_type="overloaded_error")
 # A request whose client went away before it reached the model: logged and counted, read by no one.
 CLIENT_GONE = PublicError(499, "client_gone", "the client went away before its request reached the model",
-                          sent=False)
+                          sent=False, routes=None)
 # The balancer's own: no replica took the request within its queue timeout.
 NO_REPLICA = PublicError(503, "no_replica", "no replica could take the request in time; retry later",
-                         retry_after=True, by_shim=False, by_balancer=True, error_type="overloaded_error")
+                         retry_after=True, by_shim=False, by_balancer=True, error_type="overloaded_error",
+                         routes=None)
 
 REGISTRY = (TOO_MANY_PIPELINED, MALFORMED, UNAUTHORIZED, NOT_FOUND, METHOD_NOT_ALLOWED, REQUEST_TIMEOUT, TOO_LARGE,
             UNSUPPORTED_MEDIA_TYPE, INVALID, BUSY, HEADERS_TOO_LARGE, CLIENT_GONE, SCORING_FAILED,

@@ -28,6 +28,12 @@ def envelope(error: PublicError, message: str | None = None, *, system_one: bool
     return body
 
 
+def code_schema(codes: list[str], *, enum: bool = False) -> dict:
+    """The envelope's `code` in a JSON schema's properties, admitting these codes alone (a const for one unless
+    enum)."""
+    return {"code": {"enum": codes} if enum or len(codes) > 1 else {"const": codes[0]}}
+
+
 def policy_headers(error: PublicError, system_one: bool = False, own: dict[str, str] | None = None) -> dict[str, str]:
     return {**error.headers(system_one), **(own or {})}
 

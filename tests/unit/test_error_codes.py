@@ -63,6 +63,17 @@ def test_every_answer_takes_its_code_from_the_registry():
     assert found == []
 
 
+def test_every_error_the_shim_answers_is_raised_somewhere():
+    """Each error of the registry the shim answers is named by a module outside it (the routing's 404 and 405 through
+    HTTP_CODES): a code registered but never raised fails here."""
+    named = {getattr(node, "id", None) or getattr(node, "attr", None) for path in SHIM.rglob("*.py")
+             if path != REGISTRY_MODULE for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, (ast.Name, ast.Attribute))}
+    unraised = [name for name, value in vars(error_codes).items() if isinstance(value, PublicError)
+                and value.by_shim and value not in HTTP_CODES.values() and name not in named]
+    assert unraised == [] and "HTTP_CODES" in named
+
+
 def test_the_errors_the_app_raises_are_the_registrys():
     assert {failure.error for failure in errors.Failure} <= set(REGISTRY)
     assert set(HTTP_CODES.values()) <= set(REGISTRY)
@@ -187,12 +198,17 @@ async def test_an_http_exception_of_a_status_the_registry_lacks_is_a_failure_of_
     assert response.headers["allow"] == "GET"
 
 
-def test_the_openapi_document_lists_every_code_the_shim_answers():
-    """shim/openapi.json's envelope names every code the shim sends and no other; a code added to the registry fails
-    here until the document lists it (tests/unit/test_openapi.py holds each route's statuses)."""
-    import json
+def test_the_errors_documented_on_a_route_are_those_the_shim_sends_but_the_routings():
+    assert {error.code for error in REGISTRY if error.routes is not None} == \
+        {error.code for error in REGISTRY if error.by_shim and error.sent and error not in HTTP_CODES.values()}
 
-    document = json.loads((SHIM / "openapi.json").read_text(encoding="utf-8"))
+
+def test_the_openapi_document_lists_every_code_the_shim_answers():
+    """The served OpenAPI document's envelope names every code the shim sends and no other (tests/unit/test_openapi.py
+    holds each route's statuses)."""
+    from shim.app import openapi_document
+
+    document = openapi_document()
     answered = {error.code for error in REGISTRY if error.by_shim and error.sent}
     for name in ("Error", "SystemOneError"):
         assert set(document["components"]["schemas"][name]["properties"]["error"]["properties"]["code"]["enum"]) \

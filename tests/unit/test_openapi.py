@@ -1,5 +1,5 @@
-"""The OpenAPI document against the code: the same routes and methods, every status and error code the code can
-answer and no other, and examples that validate against their own schemas."""
+"""The OpenAPI document as served against the code: the same routes and methods, every status and error code the code
+can answer and no other, and examples that validate against their own schemas; the committed file holds no code."""
 from __future__ import annotations
 
 import json
@@ -9,14 +9,16 @@ import pytest
 from starlette.routing import Route
 
 from shim.errors import codes as error_codes
-from shim.app import OPENAPI_PATH, create_app
+from shim.app import OPENAPI_PATH, create_app, openapi_document
 from shim.errors import Failure
+from shim.errors.openapi import ENVELOPES, served
 from shim.settings import ShimSettings
 from wire.protocol import Kind
 
 from .fake_model import FakeModel
 
-DOC = json.loads(OPENAPI_PATH.read_bytes())
+COMMITTED = json.loads(OPENAPI_PATH.read_bytes())
+DOC = openapi_document()
 # What the code can answer on a POST route: every code of the registry the shim sends, but the routing's 404 and 405
 # (any path's, in the envelope's codes); the model's kinds among them.
 POST_ERRORS = {(error.status, error.code) for error in error_codes.REGISTRY
@@ -74,6 +76,56 @@ def test_posts_document_every_status_and_code_the_code_can_answer():
 def test_the_envelopes_codes_are_every_code_the_app_answers():
     codes = {code for _, code in POST_ERRORS} | {error.code for error in error_codes.HTTP_CODES.values()}
     assert set(DOC["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"]) == codes
+
+
+def documented_codes(response: dict) -> set[str]:
+    """The codes a response's envelope admits."""
+    schema = response["content"]["application/json"]["schema"]
+    envelope = schema if "allOf" in schema else next(member for member in schema["anyOf"] if "allOf" in member)
+    code = envelope["properties"]["error"]["properties"]["code"]
+    return set(code["enum"]) if "enum" in code else {code["const"]}
+
+
+def test_each_operation_documents_the_codes_the_registry_gives_its_routes_and_no_other():
+    on = {error_codes.Routes.EVERY: lambda path, method: True,
+          error_codes.Routes.TOKEN: lambda path, method: path not in OPEN_GETS,
+          error_codes.Routes.POST: lambda path, method: method == "POST"}
+    for path, method, operation in operations():
+        documented = {(int(status), code) for status, response in operation["responses"].items()
+                      if int(status) >= 400 for code in documented_codes(response)}
+        assert documented == {(error.status, error.code) for error in error_codes.REGISTRY
+                              if error.routes is not None and on[error.routes](path, method)}, (path, method)
+
+
+def test_the_committed_document_restates_no_code_the_registry_gives():
+    for name in ENVELOPES:
+        assert "code" not in COMMITTED["components"]["schemas"][name]["properties"]["error"]["properties"]
+    for path, methods in COMMITTED["paths"].items():
+        for operation in methods.values():
+            for status, response in operation["responses"].items():
+                schema = response["content"]["application/json"]["schema"]
+                assert int(status) < 400 or "code" not in json.dumps(schema), (path, status)
+
+
+def test_a_committed_error_response_the_registry_does_not_give_is_refused():
+    committed = json.loads(OPENAPI_PATH.read_bytes())
+    committed["paths"]["/health"]["get"]["responses"]["422"] = committed["paths"]["/decide"]["post"]["responses"]["422"]
+    with pytest.raises(ValueError, match=r"GET /health documents \[422\]"):
+        served(committed)
+
+
+def test_a_status_without_committed_words_is_documented_from_the_registry():
+    committed = json.loads(OPENAPI_PATH.read_bytes())
+    for path in ("/decide", "/v1/systemone"):
+        del committed["paths"][path]["post"]["responses"]["429"]
+    document = served(committed)
+    for path in ("/decide", "/v1/systemone"):
+        response = document["paths"][path]["post"]["responses"]["429"]
+        assert documented_codes(response) == {"busy"} and "Retry-After" in response["headers"]
+        content = response["content"]["application/json"]
+        validator(content["schema"]).validate(content["example"])
+    assert "detail" in document["paths"]["/v1/systemone"]["post"]["responses"]["429"]["content"][
+        "application/json"]["example"]
 
 
 def test_every_response_documents_the_request_id_and_the_refusals_their_headers():
