@@ -3,7 +3,7 @@ MAX_QUEUE_PER_PEER of them from one source; when full, a lighter source's POST t
 The drain counts every admitted POST until it is answered, a reclaimed one included."""
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..drain import Drain
 from ..errors.codes import BUSY
@@ -32,9 +32,15 @@ class Admission:
             return
         if verdict.reclaim is not None:
             verdict.reclaim.reclaimed.set()
+        async def send_and_leave(message: Message) -> None:
+            await send(message)
+            # The place is free once the answer is sent: the client's next request may come before this returns.
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                self._share.left(place)
+
         try:
             with self._drain.admission(), holding(place):
-                await self.app(scope, receive, send)
+                await self.app(scope, receive, send_and_leave)
         finally:
             self._share.left(place)
 

@@ -78,9 +78,10 @@ class QueueShare:
             del self._held[place.source]
 
     def _reclaimable(self, mine: int) -> Hashable | None:
-        """The newest waiting request of the heaviest source that has one, if it holds more than `mine`: a source
-        never loses a place to one holding as many, and a source is never asked to yield to itself."""
+        """The newest waiting request of the heaviest source that has one, if it holds at least two more than `mine`:
+        a place moves only when it evens the shares (a source holding one more would just trade places with the
+        newcomer, over and over, among many equal sources), and a source never yields to itself."""
         candidates = [(self._held[place.source], order, request)
                       for order, (request, place) in enumerate(self._places.items())
-                      if place.waiting and place.capped and self._held[place.source] > mine]
+                      if place.waiting and place.capped and self._held[place.source] > mine + 1]
         return max(candidates)[2] if candidates else None

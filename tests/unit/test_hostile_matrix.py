@@ -521,22 +521,9 @@ def answered(call: Callable[[], httpx.Response]) -> httpx.Response | str:
         return repr(exc)
 
 
-# A refusal a victim may get in its turn, by front: the shim published alone holds each address to its share of the
-# queue (MAX_QUEUE_PER_PEER), and a POST there may still find the queue full and be 429 busy, in the envelope with
-# Retry-After.
-# Behind the balancer one address holds no more than its share of POSTs: the victim is served.
-REFUSED_IN_TURN = {"shim": {429: "busy"}, "balancer": {}}
-
-
-def refused_in_turn(front: Front, entry: str, answer: httpx.Response) -> bool:
-    code = REFUSED_IN_TURN[front.name].get(answer.status_code)
-    return (entry != GET_ENTRY and code is not None and answer.headers.get("retry-after") == "1"
-            and answer.json()["error"]["code"] == code)
-
-
 def victim_is_served(front: Front, entry: str, source: str) -> list[str]:
-    """What the victim is not served (nor refused in its turn): each GET route, or the POST entry with a small
-    valid body."""
+    """What the victim is not served: each GET route, or the POST entry with a small valid body (a 429 is not
+    served: each source holds its share of the queue, and a lighter one takes a heavier one's place)."""
     with front.client(source) as client:
         if entry == GET_ENTRY:
             calls = [lambda path=path: client.get(path, headers=AUTH) for path in GETS]
@@ -548,7 +535,7 @@ def victim_is_served(front: Front, entry: str, source: str) -> list[str]:
             if isinstance(answer, str):
                 return [answer]
             served = answer.status_code == 200 and not (entry == "/mcp" and answer.json()["result"].get("isError"))
-            if not served and not refused_in_turn(front, entry, answer):
+            if not served:
                 return [f"{answer.request.url.path}: {answer.status_code} {answer.text[:300]}"]
     return []
 

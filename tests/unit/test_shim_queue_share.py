@@ -9,6 +9,9 @@ import json
 import pytest
 
 from shim.app import build_service
+from shim.drain import Drain
+from shim.edge.admission import Admission
+from shim.edge.queue_share import QueueShare
 from shim.metrics import ShimMetrics
 
 from .asgi_exchange import RawRequest
@@ -101,3 +104,31 @@ async def test_a_balancers_address_is_exempt_from_the_share_but_not_from_the_que
     model.gate.set()
     await asyncio.wait_for(asyncio.gather(*(request.task for request in requests)), 2)
     assert [request.status for request in requests] == [200] * 4
+
+
+async def test_a_place_is_free_once_its_answer_is_sent():
+    """A client's next request may arrive before the app's task for the last one returns: the place is already free,
+    so a source holding a share of one is not refused for its own finished request."""
+    finishing = asyncio.Event()
+
+    async def answered_then_slow(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        await finishing.wait()
+
+    share = QueueShare(total=4, per_source=1)
+    admission = Admission(answered_then_slow, share, Drain(announce_seconds=0))
+    scope = {"type": "http", "method": "POST", "path": "/decide", "headers": [], "client": (ATTACKER, 1)}
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    first = asyncio.create_task(admission(scope, receive, send))
+    await until(lambda: len(sent) == 2)
+    assert share.held_by(ATTACKER) == 0
+    finishing.set()
+    await asyncio.wait_for(first, 2)

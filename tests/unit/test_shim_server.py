@@ -515,3 +515,29 @@ def test_health_keeps_answering_while_four_streams_of_empty_zstd_frames_arrive(e
     assert len(answers) == 4
     for answer in answers:  # refused, not decoded: a 4xx, or the connection cut while it still sent
         assert answer == b"reset while sending" or answer.startswith((b"HTTP/1.1 413 ", b"HTTP/1.1 422 ")), answer[:200]
+
+
+def client_seen(balancer_addresses: tuple[str, ...], peer: str, forwarded: bytes | None) -> tuple:
+    """The client the app sees for a request from `peer`, under the server's config."""
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["client"])
+
+    config = server.config(app, "127.0.0.1", 0, balancer_addresses=balancer_addresses)
+    config.load()
+    headers = [(b"x-forwarded-for", forwarded)] if forwarded else []
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": headers, "client": (peer, 5000),
+             "scheme": "http", "server": ("127.0.0.1", 8080)}
+    asyncio.run(config.loaded_app(scope, None, None))
+    return seen[0]
+
+
+@pytest.mark.parametrize("balancers, peer, forwarded, client", [
+    (("10.0.0.0/24",), "10.0.0.7", b"203.0.113.9", "203.0.113.9"),  # the balancer names the client
+    (("10.0.0.0/24",), "192.0.2.4", b"203.0.113.9", "192.0.2.4"),  # anyone else's header is not read
+    ((), "127.0.0.1", b"203.0.113.9", "127.0.0.1"),  # no balancer: no one's (uvicorn trusts 127.0.0.1 by default)
+    (("10.0.0.0/24",), "10.0.0.7", None, "10.0.0.7"),  # a balancer's own request
+])
+def test_the_source_is_the_client_a_balancer_names_and_no_one_elses(balancers, peer, forwarded, client):
+    assert client_seen(balancers, peer, forwarded)[0] == client
