@@ -123,3 +123,69 @@ def test_a_balancers_requests_are_never_reclaimed_and_reclaim_from_a_direct_sour
     attacker = fill(queue, ATTACKER, 2)
     assert queue.admit("victim", VICTIM).reclaim == attacker[-1]
     assert queue.admit("through the balancer", BALANCER) == QueueAdmission(False, over="total")  # 1 each now
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sources(count: int) -> list[str]:
+    return [f"10.1.0.{n}" for n in range(1, count + 1)]
+
+
+def test_a_full_queue_hands_its_next_place_to_the_request_in_line_of_the_source_that_used_it_least():
+    clock = Clock()
+    queue = QueueShare(2, 1, source=source_of, exempt=address_matcher([]), clock=clock)
+    first, second, flooder = sources(3)
+    for turn in range(3):  # the flooder used the queue three times, lately
+        assert queue.admit(f"flooder#{turn}", flooder).admitted
+        queue.left(f"flooder#{turn}")
+    fill(queue, first, 1)
+    fill(queue, second, 1)
+    assert queue.admit("flooder's", flooder).over == "total"
+    assert queue.line_up("flooder's", flooder) == (True, None)  # first in line
+    assert queue.line_up("quiet", VICTIM) == (True, None)
+    assert queue.left(f"{second}#1+0") == "quiet"  # the place freed goes to the source that used it least
+    assert queue.held_by(VICTIM) == 1 and len(queue) == 2
+    assert queue.left(f"{first}#0+0") == "flooder's"
+
+
+def test_a_quiet_source_goes_first_and_pushes_the_busiest_out_of_a_full_line():
+    clock = Clock()
+    queue = QueueShare(2, 1, source=source_of, exempt=address_matcher([]), clock=clock)
+    busy = sources(4)
+    for source in busy:  # each used the queue lately
+        assert queue.admit(source, source).admitted
+        queue.left(source)
+    fill(queue, busy[0], 1)
+    fill(queue, busy[1], 1)
+    assert queue.line_up("busy 3", busy[2]) == (True, None)
+    assert queue.line_up("busy 4", busy[3]) == (True, None)  # the line is full: MAX_QUEUE long
+    clock.now += 0.5
+    in_line, pushed = queue.line_up("quiet", VICTIM)
+    assert in_line and pushed in ("busy 3", "busy 4")
+    assert queue.line_up("busy 2 again", busy[1]) == (False, None)  # no lighter than those in line
+    assert queue.left(next(iter(queue._places))) == "quiet"
+
+
+def test_a_source_waits_in_line_once_and_only_under_a_share():
+    queue = QueueShare(1, 1, source=source_of, exempt=address_matcher([f"{BALANCER}/32"]))
+    fill(queue, ATTACKER, 1)
+    assert queue.line_up("victim", VICTIM) == (True, None)
+    assert queue.line_up("victim's second", VICTIM) == (False, None)
+    assert queue.line_up("balancer's", BALANCER) == (False, None)
+    assert QueueShare(1, None).line_up("anyone", VICTIM) == (False, None)
+
+
+def test_recent_use_is_forgotten_by_half_every_half_life():
+    clock = Clock()
+    queue = QueueShare(4, 2, source=source_of, clock=clock)
+    queue.admit("a", ATTACKER)
+    queue.admit("b", ATTACKER)
+    assert queue.used(ATTACKER) == 2
+    clock.now += 2
+    assert queue.used(ATTACKER) == 0.5

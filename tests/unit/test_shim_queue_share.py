@@ -10,7 +10,7 @@ import pytest
 
 from shim.app import build_service
 from shim.drain import Drain
-from shim.edge.admission import Admission
+from shim.edge.admission import LINE_SECONDS, Admission
 from shim.edge.queue_share import QueueShare
 from shim.metrics import ShimMetrics
 
@@ -132,3 +132,32 @@ async def test_a_place_is_free_once_its_answer_is_sent():
     assert share.held_by(ATTACKER) == 0
     finishing.set()
     await asyncio.wait_for(first, 2)
+
+
+async def test_a_post_finding_the_queue_full_of_others_waits_in_line_for_the_next_place():
+    """Four sources hold one place each, all the queue: a fifth source's POST is neither refused nor takes a place
+    from an equal; it waits in line and is scored once a place is freed."""
+    service, model, metrics = held_service(max_queue="4")  # a share of 1
+    holders = [post(service.app, f"10.0.1.{n}", n) for n in range(4)]
+    await until(lambda: len(model.calls) == 1 and queued(metrics) == 3)
+    victim = post(service.app, VICTIM, 9)
+    await asyncio.sleep(0.2)
+    assert not victim.task.done()
+    model.gate.set()
+    await asyncio.wait_for(asyncio.gather(victim.task, *(holder.task for holder in holders)), 2)
+    assert [request.status for request in [*holders, victim]] == [200] * 5
+    assert service.drain.admitted == 0
+
+
+async def test_a_post_in_line_is_refused_when_no_place_frees_in_time():
+    service, model, metrics = held_service(max_queue="4")
+    holders = [post(service.app, f"10.0.1.{n}", n) for n in range(4)]
+    await until(lambda: len(model.calls) == 1 and queued(metrics) == 3)
+    began = asyncio.get_running_loop().time()
+    victim = post(service.app, VICTIM, 9)
+    await asyncio.wait_for(victim.task, 3)
+    assert error_of(victim)[:2] == (429, "busy")
+    assert asyncio.get_running_loop().time() - began >= LINE_SECONDS
+    model.gate.set()
+    await asyncio.wait_for(asyncio.gather(*(holder.task for holder in holders)), 2)
+    assert service.drain.admitted == 0
