@@ -47,8 +47,8 @@ class QueueShare:
         return self._held.get(self.source(peer), 0)
 
     def admit(self, request: Hashable, peer: Peer) -> QueueAdmission:
-        """May `request` from `peer` take a place? When the queue is full, the newest request still waiting for the
-        lock of the heaviest source holding more than this one's (its place forgotten here) gives way to it."""
+        """May `request` from `peer` take a place? When the queue is full, the place of a waiting request of a source
+        holding at least two more than this one's (_reclaimable; forgotten here) goes to it."""
         capped = self.per_source is not None and not self.exempt(peer)
         source = self.source(peer)
         mine = self._held.get(source, 0) if capped else 0
