@@ -11,15 +11,13 @@ The fake model stands in for Triton, so the traceparent header's few bytes on th
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from observability_cost import BODY, HERE, TOKEN, cpu_seconds, shim_env, shim_serving
+from observability_cost import HERE, TOKEN, bench_arguments, shim_env, shim_serving, timed_posts
 
 from acceptance.stats import percentile
 from tests.otlp_receiver import OtlpReceiver
@@ -34,27 +32,11 @@ def measure(tree: Path, endpoint: str | None, requests: int, log_path: Path) -> 
     with shim_serving(tree, "as-is", env, log_path) as (server, connection):
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
                    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
-        for _ in range(200):  # warm-up
-            connection.request("POST", "/decide", BODY, headers)
-            connection.getresponse().read()
-        latencies = []
-        before = cpu_seconds(server.pid)
-        for _ in range(requests):
-            started = time.perf_counter()
-            connection.request("POST", "/decide", BODY, headers)
-            response = connection.getresponse()
-            response.read()
-            latencies.append((time.perf_counter() - started) * 1000)
-            assert response.status == 200, response.status
-        return (cpu_seconds(server.pid) - before) * 1000 / requests, latencies
+        return timed_posts(server, connection, headers, requests)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--tree", action="append", type=Path, default=[])
-    args = parser.parse_args()
+    args = bench_arguments()
     log_path = Path(tempfile.gettempdir()) / f"tracing-cost-{os.getpid()}.log"
     with OtlpReceiver() as receiver:
         variants = [("tracing off", HERE, None), ("tracing on", HERE, receiver.endpoint),

@@ -2,6 +2,8 @@
 is full, the heaviest source's newest waiting request giving way to a lighter source's."""
 from __future__ import annotations
 
+import pytest
+
 from shim.edge.queue_share import QueueAdmission, QueueShare
 from shim.server.roster import address_matcher, source_of
 
@@ -72,27 +74,19 @@ def test_a_full_queue_gives_the_heaviest_sources_newest_waiting_place_to_a_light
     assert queue.held_by(ATTACKER) == 2 and len(queue) == 6
 
 
-def test_a_source_holding_as_many_as_the_heaviest_reclaims_nothing():
-    queue = share(total=4, per_source=2)
-    fill(queue, ATTACKER, 2)
-    fill(queue, VICTIM, 2)
-    assert queue.admit("third's", THIRD).reclaim is not None  # holds none: lighter
-    queue = share(total=4, per_source=3)
-    fill(queue, ATTACKER, 2)
-    fill(queue, VICTIM, 2)
-    assert queue.admit("victim's third", VICTIM) == QueueAdmission(False, over="total")
-
-
-def test_a_source_holding_one_fewer_than_the_heaviest_reclaims_nothing():
-    """Among many sources each holding one, a newcomer would take a place from an equal one and be taken from next."""
-    queue = share(total=3, per_source=3)
-    fill(queue, ATTACKER, 2)
-    fill(queue, VICTIM, 1)
-    assert queue.admit("victim's second", VICTIM) == QueueAdmission(False, over="total")
-    queue = share(total=2, per_source=2)
-    fill(queue, ATTACKER, 1)
-    fill(queue, THIRD, 1)
-    assert queue.admit("victim", VICTIM) == QueueAdmission(False, over="total")
+@pytest.mark.parametrize("total, per_source, held, newcomer, reclaims", [
+    (4, 2, {ATTACKER: 2, VICTIM: 2}, THIRD, True),  # holds none, two fewer than the heaviest
+    (4, 3, {ATTACKER: 2, VICTIM: 2}, VICTIM, False),  # holds as many as the heaviest
+    (3, 3, {ATTACKER: 2, VICTIM: 1}, VICTIM, False),  # holds one fewer: the two would only trade places
+    (2, 2, {ATTACKER: 1, THIRD: 1}, VICTIM, False),  # among sources holding one each, no place moves
+])
+def test_a_place_moves_only_to_a_source_holding_at_least_two_fewer(total, per_source, held, newcomer, reclaims):
+    queue = share(total=total, per_source=per_source)
+    for peer, count in held.items():
+        fill(queue, peer, count)
+    verdict = queue.admit("newcomer's", newcomer)
+    assert (verdict.reclaim is not None) == reclaims
+    assert verdict.admitted == reclaims and verdict.over == (None if reclaims else "total")
 
 
 def test_nothing_waiting_is_nothing_reclaimed():

@@ -54,16 +54,26 @@ def error_of(request: RawRequest) -> tuple[int, str, dict]:
     return start["status"], json.loads(body)["error"]["code"], headers
 
 
-async def test_another_address_is_served_while_one_holds_its_share():
-    service, model, metrics = held_service(max_queue="8")  # a share of 2
+def assert_busy(request: RawRequest) -> None:
+    status, code, headers = error_of(request)
+    assert (status, code, headers["retry-after"]) == (429, "busy", "1")
+
+
+async def attacker_scoring_and_waiting(service, model, metrics) -> tuple[RawRequest, RawRequest]:
+    """The attacker's first POST scoring (held by the gate), its second waiting for the lock."""
     scoring = post(service.app, ATTACKER, 0)
     await until(lambda: len(model.calls) == 1)
     waiting = post(service.app, ATTACKER, 1)
     await until(lambda: queued(metrics) == 1)
+    return scoring, waiting
+
+
+async def test_another_address_is_served_while_one_holds_its_share():
+    service, model, metrics = held_service(max_queue="8")  # a share of 2
+    scoring, waiting = await attacker_scoring_and_waiting(service, model, metrics)
     refused = post(service.app, ATTACKER, 2)
     await asyncio.wait_for(refused.task, 2)
-    status, code, headers = error_of(refused)
-    assert (status, code, headers["retry-after"]) == (429, "busy", "1")
+    assert_busy(refused)
     assert "MAX_QUEUE_PER_PEER" in json.loads(refused.sent[-1]["body"])["error"]["message"]
     victim = post(service.app, VICTIM, 3)
     await until(lambda: queued(metrics) == 2)
@@ -75,18 +85,15 @@ async def test_another_address_is_served_while_one_holds_its_share():
 
 async def test_a_full_queue_gives_the_heaviest_sources_waiting_place_to_a_lighter_source():
     service, model, metrics = held_service(max_queue="2", max_queue_per_peer="2")
-    scoring = post(service.app, ATTACKER, 0)
-    await until(lambda: len(model.calls) == 1)
-    waiting = post(service.app, ATTACKER, 1)
-    await until(lambda: queued(metrics) == 1)
+    scoring, waiting = await attacker_scoring_and_waiting(service, model, metrics)
     victim = post(service.app, VICTIM, 2)
     await asyncio.wait_for(waiting.task, 2)
-    status, code, headers = error_of(waiting)
-    assert (status, code, headers["retry-after"]) == (429, "busy", "1")
+    assert_busy(waiting)
     await until(lambda: queued(metrics) == 1)  # the victim waits in its place
-    refused = post(service.app, ATTACKER, 3)  # the attacker holds 1, as many as the victim: it takes nothing
-    await asyncio.wait_for(refused.task, 2)
-    assert error_of(refused)[:2] == (429, "busy")
+    # The attacker holds 1, as many as the victim: it takes nothing, waits in line and no place frees in time.
+    refused = post(service.app, ATTACKER, 3)
+    await asyncio.wait_for(refused.task, 2 + LINE_SECONDS)
+    assert_busy(refused)
     model.gate.set()
     await asyncio.wait_for(asyncio.gather(scoring.task, victim.task), 2)
     assert (scoring.status, victim.status) == (200, 200)
