@@ -35,6 +35,7 @@ from .playground.routes import playground_routes
 from .port.calls import CallRunner
 from .port.model import Model
 from .port.triton import TritonModel
+from .port.turns import Turns
 from .port.watch import ModelWatch
 from .semif.routes import semif_routes
 from .server.limits import ConnectionLimits
@@ -129,11 +130,14 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         Middleware(TransferEncodingGuard),
         LAST_RESORT_500,
         # The contract's order for a POST, from the headers alone until admitted: a refused one takes no slot.
-        Middleware(BearerAuth, tokens=AcceptedTokens(settings.api_token, settings.api_token_next),
+        Middleware(BearerAuth,
+                   tokens=AcceptedTokens(settings.api_token, settings.api_token_next, settings.api_keys),
                    authenticated_paths=frozenset({"/v1/models", MCP_PATH})),
         Middleware(RefuseWhileDraining, drain=drain),
         Middleware(KnownEncoding),
-        Middleware(Admission, share=queue_share(settings), drain=drain),
+        Middleware(Admission, share=queue_share(settings), drain=drain,
+                   key_shares={key.name: key.share for key in settings.api_keys if key.share is not None},
+                   named_callers=bool(settings.api_keys)),
         Middleware(BodyReader, max_body_bytes=settings.max_body_bytes,
                    body_timeout_seconds=settings.body_timeout_seconds, max_decode_ratio=settings.max_decode_ratio),
         Middleware(DisconnectWatch),
@@ -155,7 +159,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
     """Every route bound to its service; both surfaces share one CallRunner, so one lock (INV-2)."""
     model = model if model is not None else TritonModel(settings)
     metrics = metrics if metrics is not None else ShimMetrics()
-    lock = asyncio.Lock()  # INV-2: one request's calls at a time; the watch pings under it too
+    lock = Turns()  # INV-2: one request's calls at a time, callers in turn; the watch pings under it too
     watch = ModelWatch(model, lock, settings.probe_seconds)
     drain = Drain(settings.drain_seconds)  # begun by the server on SIGTERM (shim/server/)
     openapi = openapi_document()

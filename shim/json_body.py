@@ -1,5 +1,6 @@
 """A request's JSON, read strictly (wire.strict_json) where it cannot stall the event loop: small text on the loop,
-larger text on one worker thread that rests after each parse (docs/operations.md, "Bodies and parsing")."""
+larger text on one worker thread that rests after each parse and takes callers in turn (docs/operations.md, "Bodies
+and parsing")."""
 from __future__ import annotations
 
 import asyncio
@@ -10,6 +11,8 @@ from typing import Any, Callable, TypeVar
 
 from wire import strict_json
 
+from .port.turns import Turns
+from .queue_place import current_caller
 from .tracing import span
 
 ON_LOOP_BYTES = 8 * 1024
@@ -17,14 +20,20 @@ T = TypeVar("T")
 
 
 class _Worker:
-    """One thread for the work a body costs in proportion to its size, one job at a time, resting after each."""
+    """One thread for the work a body costs in proportion to its size, one job at a time, resting after each; the
+    next job is the oldest of the caller served least recently, so one caller's large bodies never hold another's."""
 
     def __init__(self) -> None:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="body-parse")
         self._rest_until = 0.0  # read and written by the worker thread alone
+        self._turns = Turns()
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._worker, self._run, work, args)
+        await self._turns.acquire(current_caller())
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._worker, self._run, work, args)
+        finally:
+            self._turns.release()
 
     def _run(self, work: Callable[..., T], args: tuple) -> T:
         time.sleep(max(0.0, self._rest_until - time.monotonic()))

@@ -1,11 +1,12 @@
-"""An admitted POST's place in the queue, as its wait for the lock sees it: the admission (shim/edge/admission.py)
-may hand the place of a request still waiting to a lighter source's, and that wait then gives up (429 busy)."""
+"""An admitted POST's place in the queue, as its wait for the model's turn sees it: whose it is (its caller, for the
+turns), whether it is scoring yet, and, under the opt-in MAX_QUEUE_PER_PEER, whether the admission (shim/edge/
+admission.py) handed it to a lighter source while it waited (the wait then gives up: 429 busy)."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from contextvars import ContextVar
-from typing import Callable, Iterator
+from typing import Callable, Hashable, Iterator
 
 _current: ContextVar["Place | None"] = ContextVar("intern_decision_queue_place", default=None)
 
@@ -13,7 +14,9 @@ _current: ContextVar["Place | None"] = ContextVar("intern_decision_queue_place",
 class Place:
     """`reclaimed` is set once the place went to another request; `waits` is told when the wait begins and ends."""
 
-    def __init__(self, waits: Callable[[bool], None]):
+    def __init__(self, caller: Hashable, waits: Callable[[bool], None] = lambda waiting: None):
+        self.caller = caller
+        self.scoring = False  # it has held the model's turn
         self.reclaimed = asyncio.Event()
         self._waits = waits
 
@@ -39,3 +42,9 @@ def holding(place: Place) -> Iterator[None]:
 def current_place() -> Place | None:
     """The request's place; None outside an admitted POST (the watch's pings, MCP's tools run outside its context)."""
     return _current.get()
+
+
+def current_caller() -> Hashable:
+    """The caller of the request being handled; None outside an admitted POST."""
+    place = _current.get()
+    return None if place is None else place.caller

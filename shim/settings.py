@@ -10,17 +10,14 @@ from typing import Mapping
 from wire.env import PREFIX, get, integer, listen_port, port_number, positive_number
 from wire.tracing import otlp_endpoint
 
+from .callers import ApiKey, read_keys_file
+
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+")
 MIN_TOKEN_LENGTH = 32
 # A host that listens on every address, and the loopback its metrics default to.
 _EVERY_ADDRESS = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1", "[::]": "::1"}
 _MODEL_NAME = re.compile(r"[\x21-\x7e]{1,128}")
-
-
-def queue_share(max_queue: int) -> int:
-    """One source's share of the queue unless set: a quarter of it, as the balancer's per-source POSTs, at least 1."""
-    return max(1, max_queue // 4)
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,7 @@ class ShimSettings:
     max_decisions: int = 64
     max_body_bytes: int = 1024 * 1024
     max_queue: int = 32
-    max_queue_per_peer: int = queue_share(max_queue)
+    max_queue_per_peer: int = 0  # opt-in (docs/differences-from-semif.md): 0, no source's share of the queue
     triton_url: str = "127.0.0.1:8000"
     metrics_url: str = "http://127.0.0.1:8002/metrics"
     model_name: str = "intern_decision"
@@ -58,6 +55,7 @@ class ShimSettings:
     metrics_host: str = ""
     metrics_port: int = 9464
     otlp_endpoint: str | None = None
+    api_keys: tuple[ApiKey, ...] = ()  # API_KEYS_FILE's named callers; none: API_TOKEN is the one caller
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
@@ -91,7 +89,7 @@ class ShimSettings:
         if not re.fullmatch(r"[A-Za-z0-9_\-.]+", model_name):
             raise ValueError(f"{PREFIX}MODEL_NAME must be a Triton model name, got {model_name!r}")
         max_queue = integer(env, "MAX_QUEUE", cls.max_queue)
-        max_queue_per_peer = integer(env, "MAX_QUEUE_PER_PEER", queue_share(max_queue), minimum=0)
+        max_queue_per_peer = integer(env, "MAX_QUEUE_PER_PEER", cls.max_queue_per_peer, minimum=0)
         if max_queue_per_peer > max_queue:
             raise ValueError(f"{PREFIX}MAX_QUEUE_PER_PEER must be at most {PREFIX}MAX_QUEUE ({max_queue}), "
                              f"got {max_queue_per_peer}")
@@ -99,8 +97,10 @@ class ShimSettings:
         if max_connections <= max_queue:  # a full queue must leave room for /health and the refusals
             raise ValueError(f"{PREFIX}MAX_CONNECTIONS must be above {PREFIX}MAX_QUEUE ({max_queue}), "
                              f"got {max_connections}")
+        api_keys = read_keys_file(get(env, "API_KEYS_FILE"), max_queue)
         return cls(
             api_token=token,
+            api_keys=api_keys,
             api_token_next=token_next,
             max_decisions=integer(env, "MAX_DECISIONS", cls.max_decisions),
             max_body_bytes=integer(env, "MAX_BODY_BYTES", cls.max_body_bytes),

@@ -1,6 +1,8 @@
 """Admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring,
-MAX_QUEUE_PER_PEER of them from one source; when full, a lighter source's POST takes a heavier one's waiting place
-or waits in line for the next one freed. The drain counts every admitted POST until it is answered."""
+whatever their source, the next refused at once (the contract). Each admitted POST's place names its caller, for the
+model's turns. Opt-in, off by default: a named key's share, binding only while another caller waits; and
+MAX_QUEUE_PER_PEER, under which a lighter source's POST takes a heavier one's waiting place or waits in line for
+the next one freed. The drain counts every admitted POST until it is answered."""
 from __future__ import annotations
 
 import asyncio
@@ -11,6 +13,7 @@ from ..drain import Drain
 from ..errors.codes import BUSY
 from ..errors.answer import refuse
 from ..queue_place import Place, holding
+from .auth import CALLER
 from .posts import is_post
 from .queue_share import QueueAdmission, QueueShare
 
@@ -19,10 +22,14 @@ LINE_SECONDS = 1.0
 
 
 class Admission:
-    def __init__(self, app: ASGIApp, share: QueueShare, drain: Drain):
+    def __init__(self, app: ASGIApp, share: QueueShare, drain: Drain, key_shares: dict[str, int] | None = None,
+                 named_callers: bool = False):
         self.app = app
         self._share = share
         self._drain = drain
+        self._key_shares = key_shares or {}
+        self._named_callers = named_callers  # a caller is the key presented; else the source address
+        self._places: set[Place] = set()  # admitted and not answered
         self._line: dict[Place, asyncio.Future[bool]] = {}  # the requests waiting in line for a place
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -31,7 +38,13 @@ class Admission:
             return
         client = scope.get("client")
         peer = client[0] if client else None
-        place = Place(lambda waiting: self._share.waiting(place, waiting))
+        caller = scope.get(CALLER) if self._named_callers else self._share.source(peer)
+        place = Place(caller, lambda waiting: self._share.waiting(place, waiting))
+        if self._over_key_share(caller):
+            await refuse(scope, receive, send, BUSY, f"the caller {caller!r} already holds "
+                         f"{self._key_shares[caller]} requests queued or scoring, its share, while another caller "
+                         f"waits; retry later")
+            return
         verdict = self._share.admit(place, peer)
         if verdict.over == "total" and await self._in_line(place, peer):
             verdict = QueueAdmission(True)
@@ -47,11 +60,20 @@ class Admission:
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 self._leave(place)
 
+        self._places.add(place)
         try:
             with self._drain.admission(), holding(place):
                 await self.app(scope, receive, send_and_leave)
         finally:
             self._leave(place)
+
+    def _over_key_share(self, caller: object) -> bool:
+        """A named key's share binds only while another caller's request waits for its turn (work-conserving)."""
+        share = self._key_shares.get(caller)  # type: ignore[call-overload]
+        if share is None:
+            return False
+        mine = sum(place.caller == caller for place in self._places)
+        return mine >= share and any(place.caller != caller and not place.scoring for place in self._places)
 
     async def _in_line(self, place: Place, peer: str | None) -> bool:
         """Waits in line for a place, LINE_SECONDS at most: whether one was handed to it."""
@@ -74,6 +96,7 @@ class Admission:
         return turn.done() and turn.result()
 
     def _leave(self, place: Place) -> None:
+        self._places.discard(place)
         turn = self._share.left(place)
         if turn is not None:
             self._line.pop(turn).set_result(True)

@@ -8,7 +8,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..errors.codes import UNAUTHORIZED
 from ..errors.answer import refuse
 from .posts import is_post
-from .tokens import AcceptedTokens, bearer_matches
+from .tokens import AcceptedTokens, bearer_caller
+
+CALLER = "intern_decision.caller"  # the scope's key for the accepted token's caller (shim/callers.py)
 
 
 class BearerAuth:
@@ -19,7 +21,10 @@ class BearerAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         guarded = is_post(scope) or (scope["type"] == "http" and scope["path"] in self._authenticated_paths)
-        if guarded and not bearer_matches(Headers(scope=scope), self._tokens):
-            await refuse(scope, receive, send, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
-            return
+        if guarded:
+            caller = bearer_caller(Headers(scope=scope), self._tokens)
+            if caller is None:
+                await refuse(scope, receive, send, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+                return
+            scope[CALLER] = caller
         await self.app(scope, receive, send)

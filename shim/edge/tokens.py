@@ -1,22 +1,31 @@
 """The bearer tokens a shim accepts: API_TOKEN and, during a rotation, API_TOKEN_NEXT (docs/operations.md,
-"Rotating the API token"). Both are compared in constant time, and both always, so the time a refusal takes does
-not say which token came close."""
+"Rotating the API token"), and API_KEYS_FILE's named keys by their SHA-256. All are compared in constant time, and
+all always, so the time a refusal takes does not say which token came close."""
 from __future__ import annotations
 
 import hmac
 
 from starlette.datastructures import Headers
 
+from ..callers import DEFAULT_CALLER, ApiKey, token_digest
+
 _WHITESPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() strips: str.strip() would strip more (\x85, \xa0)
 
 
 class AcceptedTokens:
-    def __init__(self, current: str, upcoming: str | None = None):
+    def __init__(self, current: str, upcoming: str | None = None, keys: tuple[ApiKey, ...] = ()):
         self._tokens = tuple(token.encode("ascii") for token in (current, upcoming) if token)
+        self._keys = keys
+
+    def caller(self, credentials: bytes) -> str | None:
+        """The caller the credentials name (DEFAULT_CALLER for API_TOKEN), or None when no token matches."""
+        matches = [hmac.compare_digest(credentials, token) for token in self._tokens]
+        digest = token_digest(credentials) if self._keys else b""
+        named = [key.name for key in self._keys if hmac.compare_digest(digest, key.sha256)]
+        return DEFAULT_CALLER if any(matches) else next(iter(named), None)
 
     def match(self, credentials: bytes) -> bool:
-        matches = [hmac.compare_digest(credentials, token) for token in self._tokens]
-        return any(matches)
+        return self.caller(credentials) is not None
 
 
 def bearer_credentials(headers: Headers) -> bytes | None:
@@ -29,6 +38,10 @@ def bearer_credentials(headers: Headers) -> bytes | None:
     return credentials.strip(_WHITESPACE).encode("latin-1") if scheme.lower() == "bearer" else None
 
 
-def bearer_matches(headers: Headers, tokens: AcceptedTokens) -> bool:
+def bearer_caller(headers: Headers, tokens: AcceptedTokens) -> str | None:
     credentials = bearer_credentials(headers)
-    return credentials is not None and tokens.match(credentials)
+    return None if credentials is None else tokens.caller(credentials)
+
+
+def bearer_matches(headers: Headers, tokens: AcceptedTokens) -> bool:
+    return bearer_caller(headers, tokens) is not None

@@ -2,7 +2,6 @@
 The wait for the lock ends early when the client goes, or when a drain stops the queue (shim/port/waiting.py)."""
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import NamedTuple
 
@@ -14,6 +13,7 @@ from ..client_gone import ClientGone
 from ..metrics import ShimMetrics
 from ..tracing import span
 from .model import Model
+from .turns import Turns
 from .waiting import acquire
 
 
@@ -26,7 +26,7 @@ class AnsweredCalls(NamedTuple):
 
 
 class CallRunner:
-    def __init__(self, model: Model, metrics: ShimMetrics, lock: asyncio.Lock, drain: Drain | None = None):
+    def __init__(self, model: Model, metrics: ShimMetrics, lock: Turns, drain: Drain | None = None):
         self._model = model
         self._metrics = metrics
         self._lock = lock

@@ -1,20 +1,23 @@
-"""Acquiring an asyncio lock unless something else happens first: the one primitive behind giving up a wait for the
+"""Acquiring the model's turn unless something else happens first: the one primitive behind giving up a wait for the
 inference lock (shim/client_gone.py, shim/port/waiting.py)."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Hashable
+
+from .turns import Turns
 
 
-async def acquire_unless(lock: asyncio.Lock, *stops: asyncio.Event) -> asyncio.Event | None:
-    """None once the lock is held, else the stop that was set first; a stop set while the lock is handed over wins."""
+async def acquire_unless(turns: Turns, caller: Hashable, *stops: asyncio.Event) -> asyncio.Event | None:
+    """None once the turn is held, else the stop that was set first; a stop set while the turn is handed over wins."""
     already = next((stop for stop in stops if stop.is_set()), None)
     if already is not None:
         return already
-    if _free(lock):  # taken at once, no wait to give up: no future or task per request
-        await lock.acquire()
+    if turns.free():  # taken at once, no wait to give up: no future or task per request
+        await turns.acquire(caller)
         return None
-    acquiring = asyncio.ensure_future(lock.acquire())
+    acquiring = asyncio.ensure_future(turns.acquire(caller))
     watching = [asyncio.ensure_future(stop.wait()) for stop in stops]
     stopped: asyncio.Event | None = None
     acquired = False
@@ -29,11 +32,6 @@ async def acquire_unless(lock: asyncio.Lock, *stops: asyncio.Event) -> asyncio.E
             acquiring.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await acquiring
-            if not acquiring.cancelled():  # it got the lock after all: give it back
-                lock.release()
+            if not acquiring.cancelled():  # it got the turn after all: give it back
+                turns.release()
     return stopped
-
-
-def _free(lock: asyncio.Lock) -> bool:
-    """Whether lock.acquire() would return without suspending: unlocked, and no waiter it would be handed to first."""
-    return not lock.locked() and not getattr(lock, "_waiters", None)

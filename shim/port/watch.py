@@ -10,6 +10,7 @@ from wire.facts import ModelFacts
 
 from ..errors import Failure, ModelFailure, Problem
 from .model import Model, Probe
+from .turns import Turns
 
 log = logging.getLogger("intern_decision.shim.watch")
 
@@ -21,7 +22,7 @@ class ModelWatch:
     """Wraps the model (a Model itself, for the service and the health check) and keeps `down`: None, or why the
     model is down. While it is down, inferences are refused at once (Failure.DOWN) and readiness says why."""
 
-    def __init__(self, model: Model, lock: asyncio.Lock, probe_seconds: float, *,
+    def __init__(self, model: Model, lock: Turns, probe_seconds: float, *,
                  retry_seconds: float = RETRY_SECONDS):
         self._model = model
         self._lock = lock

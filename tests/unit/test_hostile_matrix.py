@@ -62,6 +62,9 @@ SHIM_ENV = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY"
             "INTERN_DECISION_MAX_DECODE_RATIO": str(MAX_DECODE_RATIO), "INTERN_DECISION_PROBE_SECONDS": "3600",
             "INTERN_DECISION_DRAIN_SECONDS": "0.2", "INTERN_DECISION_HEADER_TIMEOUT_SECONDS": "2",
             "INTERN_DECISION_BODY_TIMEOUT_SECONDS": "1", "INTERN_DECISION_PLAYGROUND": "1",
+            # Every attacker here holds the token: the shim runs the opt-in share of the queue per source, a quarter
+            # of it, that keeps a hostile token holder's POSTs from holding the queue every caller shares.
+            "INTERN_DECISION_MAX_QUEUE_PER_PEER": str(MAX_QUEUE // 4),
             # Each model call takes a few milliseconds, as a real one takes longer: the lock is held, and an
             # attacker's requests keep the queue full while they last.
             "FAKE_CALL_SECONDS": "0.005"}

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_BOUNDS = {"api_token", "api_token_next", "triton_api_key", "triton_url", "metrics_url", "model_name",
               "health_timeout_seconds", "probe_seconds", "drain_seconds", "balancer_addresses", "extra_model_names",
               "model_release_date", "mcp", "playground", "host", "port", "metrics_host", "metrics_port",
-              "otlp_endpoint"}
+              "otlp_endpoint", "api_keys"}
 SERVER_CONSTANTS = {name: value for name, value in vars(limits).items()
                     if name.isupper() and isinstance(value, (int, float))}
 # Fixed bounds elsewhere, as the page spells each one.

@@ -10,6 +10,7 @@ from shim.app import create_app
 from shim.client_gone import ClientGone, client_gone_event, watched
 from shim.metrics import ShimMetrics
 from shim.port.locks import acquire_unless
+from shim.port.turns import Turns
 from shim.port.waiting import acquire
 
 from .asgi_exchange import RawRequest
@@ -95,13 +96,13 @@ async def test_a_client_gone_before_its_turn_frees_its_queue_slot_at_once(held):
 
 
 async def test_the_wait_is_a_plain_acquire_outside_a_watched_request():
-    lock = asyncio.Lock()
+    lock = Turns()
     await acquire(lock)
     assert lock.locked()
 
 
 async def test_a_lock_won_in_the_same_moment_the_client_goes_is_given_back():
-    lock = asyncio.Lock()
+    lock = Turns()
     async with watched(None):
         client_gone_event().set()
         with pytest.raises(ClientGone):
@@ -111,22 +112,23 @@ async def test_a_lock_won_in_the_same_moment_the_client_goes_is_given_back():
 
 def test_a_free_lock_is_taken_at_once_with_no_task_or_future_to_watch_the_stops():
     """The common case costs nothing: the coroutine finishes on its first step, without suspending."""
-    lock, stop = asyncio.Lock(), asyncio.Event()
-    stepping = acquire_unless(lock, stop)
+    lock, stop = Turns(), asyncio.Event()
+    stepping = acquire_unless(lock, "caller", stop)
     with pytest.raises(StopIteration) as finished:
         stepping.send(None)
     assert finished.value.value is None and lock.locked()
 
 
 async def test_a_lock_about_to_be_handed_to_a_waiter_is_waited_for_and_the_stops_still_watched():
-    lock, stop = asyncio.Lock(), asyncio.Event()
-    await lock.acquire()
-    first = asyncio.ensure_future(lock.acquire())
+    lock, stop = Turns(), asyncio.Event()
+    await lock.acquire("a")
+    first = asyncio.ensure_future(lock.acquire("b"))
     await asyncio.sleep(0)
-    lock.release()  # unlocked, but promised to `first`
-    second = asyncio.ensure_future(acquire_unless(lock, stop))
+    lock.release()  # promised to `first`, which has not run yet
+    second = asyncio.ensure_future(acquire_unless(lock, "c", stop))
     await asyncio.sleep(0)
-    assert await first and not second.done()
+    await first
+    assert not second.done()
     stop.set()
     assert await second is stop
     lock.release()

@@ -1,5 +1,5 @@
-"""The queue's share per source through the real app over a fake model held by a gate: one address holding its
-share leaves room for another, a balancer's address is exempt, and a full queue gives a lighter source's POST the
+"""The opt-in share of the queue per source (MAX_QUEUE_PER_PEER) through the real app over a fake model held by a
+gate: one address holding its share leaves room for another, a balancer's address is exempt, and a full queue gives a lighter source's POST the
 place of the heaviest source's newest waiting request (429 busy), never scored."""
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ async def attacker_scoring_and_waiting(service, model, metrics) -> tuple[RawRequ
 
 
 async def test_another_address_is_served_while_one_holds_its_share():
-    service, model, metrics = held_service(max_queue="8")  # a share of 2
+    service, model, metrics = held_service(max_queue="8", max_queue_per_peer="2")
     scoring, waiting = await attacker_scoring_and_waiting(service, model, metrics)
     refused = post(service.app, ATTACKER, 2)
     await asyncio.wait_for(refused.task, 2)
@@ -102,7 +102,7 @@ async def test_a_full_queue_gives_the_heaviest_sources_waiting_place_to_a_lighte
 
 
 async def test_a_balancers_address_is_exempt_from_the_share_but_not_from_the_queue():
-    service, model, metrics = held_service(max_queue="4", balancer_addresses=BALANCER)  # a share of 1
+    service, model, metrics = held_service(max_queue="4", max_queue_per_peer="1", balancer_addresses=BALANCER)
     requests = [post(service.app, BALANCER, number) for number in range(4)]
     await until(lambda: len(model.calls) == 1 and queued(metrics) == 3)
     refused = post(service.app, BALANCER, 4)
@@ -144,7 +144,7 @@ async def test_a_place_is_free_once_its_answer_is_sent():
 async def test_a_post_finding_the_queue_full_of_others_waits_in_line_for_the_next_place():
     """Four sources hold one place each, all the queue: a fifth source's POST is neither refused nor takes a place
     from an equal; it waits in line and is scored once a place is freed."""
-    service, model, metrics = held_service(max_queue="4")  # a share of 1
+    service, model, metrics = held_service(max_queue="4", max_queue_per_peer="1")
     holders = [post(service.app, f"10.0.1.{n}", n) for n in range(4)]
     await until(lambda: len(model.calls) == 1 and queued(metrics) == 3)
     victim = post(service.app, VICTIM, 9)
@@ -157,7 +157,7 @@ async def test_a_post_finding_the_queue_full_of_others_waits_in_line_for_the_nex
 
 
 async def test_a_post_in_line_is_refused_when_no_place_frees_in_time():
-    service, model, metrics = held_service(max_queue="4")
+    service, model, metrics = held_service(max_queue="4", max_queue_per_peer="1")
     holders = [post(service.app, f"10.0.1.{n}", n) for n in range(4)]
     await until(lambda: len(model.calls) == 1 and queued(metrics) == 3)
     began = asyncio.get_running_loop().time()

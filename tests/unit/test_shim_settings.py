@@ -113,11 +113,12 @@ def test_the_connection_bounds_and_max_connections_above_the_queue():
         ShimSettings.from_env({**SECRETS, "INTERN_DECISION_MAX_QUEUE": "4", "INTERN_DECISION_MAX_CONNECTIONS": "4"})
 
 
-def test_a_sources_share_of_the_queue_is_a_quarter_of_it_unless_set():
-    assert ShimSettings.from_env(SECRETS).max_queue_per_peer == 8 == ShimSettings.max_queue_per_peer
+def test_a_sources_share_of_the_queue_is_off_unless_set():
+    """The contract's queue by default: any source may hold every place; the share is an opt-in."""
+    assert ShimSettings.from_env(SECRETS).max_queue_per_peer == 0 == ShimSettings.max_queue_per_peer
     queue = {**SECRETS, "INTERN_DECISION_MAX_QUEUE": "10"}
-    assert ShimSettings.from_env(queue).max_queue_per_peer == 2
-    assert ShimSettings.from_env({**queue, "INTERN_DECISION_MAX_QUEUE": "3"}).max_queue_per_peer == 1
+    assert ShimSettings.from_env(queue).max_queue_per_peer == 0
+    assert ShimSettings.from_env({**queue, "INTERN_DECISION_MAX_QUEUE_PER_PEER": "2"}).max_queue_per_peer == 2
     assert ShimSettings.from_env({**queue, "INTERN_DECISION_MAX_QUEUE_PER_PEER": "10"}).max_queue_per_peer == 10
     assert ShimSettings.from_env({**queue, "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0"}).max_queue_per_peer == 0
 
