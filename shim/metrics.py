@@ -6,6 +6,7 @@ from typing import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
+from .callers import UNNAMED
 from .errors import Failure
 
 OTHER_ROUTE = "other"
@@ -28,6 +29,9 @@ class ShimMetrics:
                                registry=self.registry)
         self.queued = Gauge(prefix + "requests_queued", "Admitted requests waiting for the inference lock",
                             registry=self.registry)
+        self._by_caller = Counter(prefix + "caller_requests", "HTTP requests answered, by caller (API_KEYS_FILE's "
+                                  "key name, default for API_TOKEN, none unauthenticated) and status",
+                                  ["caller", "status"], registry=self.registry)
         self._busy = Counter(prefix + "busy", "Requests refused with 429 busy", registry=self.registry)
         self.client_gone = Counter(prefix + "client_gone", "Admitted requests not scored: their client went away "
                                    "before they reached the model", registry=self.registry)
@@ -63,11 +67,12 @@ class ShimMetrics:
     def route_of(self, path: str) -> str:
         return path if path in self._routes else OTHER_ROUTE
 
-    def answered(self, route: str, status: int, seconds: float) -> None:
+    def answered(self, route: str, status: int, seconds: float, caller: str = UNNAMED) -> None:
         counter = self._requests_by_label.get((route, status))
         if counter is None:
             counter = self._requests_by_label[(route, status)] = self._requests.labels(route, str(status))
         counter.inc()
+        self._by_caller.labels(caller, str(status)).inc()  # callers are API_KEYS_FILE's names: a bounded set
         self._seconds_by_route[route].observe(seconds)
         if status == 429:
             self._busy.inc()

@@ -9,7 +9,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import context
 from ..client_gone import CLIENT_WENT_AWAY
+from ..callers import UNNAMED
 from ..metrics import ShimMetrics
+from .auth import CALLER
 
 log = logging.getLogger("intern_decision.shim.access")
 
@@ -46,8 +48,9 @@ class AccessLog:
             seconds = time.perf_counter() - started
             self._metrics.in_flight.dec()
             route = self._metrics.route_of(scope["path"])
-            self._metrics.answered(route, status, seconds)
+            self._metrics.answered(route, status, seconds, scope.get(CALLER, UNNAMED))
             log.info("%s %s %d", scope["method"], route, status,
                      extra={"method": scope["method"], "route": route, "status": status,
                             "duration_ms": round(seconds * 1000, 3), "calls": usage.calls,
+                            "caller": scope.get(CALLER, UNNAMED),
                             "input_tokens": usage.input_tokens})
