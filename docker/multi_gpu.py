@@ -40,13 +40,22 @@ FASTINTER = "250ms"  # checks while a replica changes state, and the next one af
 # A check answered later than this is a failed check; `fall 3` in a row take a replica out, so one slow /health (an
 # event loop busy for a few seconds) never does.
 TIMEOUT_CHECK = "3s"
-# Per source address (docs/scaling-out.md, "The balancer's bounds"): connections open at once, requests per period.
+# Per source address (docs/scaling-out.md, "The balancer's bounds"; docs/operations.md, "Callers and the queue"):
+# connections open at once, and requests per period of a source that presents no token.
 PER_SOURCE_CONNECTIONS = 64
 PER_SOURCE_REQUESTS = 600
 RATE_PERIOD = "10s"
-# POSTs in flight at once from one source: a quarter of one replica's MAX_QUEUE (32), so that one address never
-# holds the queue every caller shares.
-PER_SOURCE_POSTS = 8
+# A source presenting a token may send, per period and per replica, more than one replica can answer (its quickest
+# request, one call of a short state, takes about 10 ms on the card: at most 1,000 per 10 s), so the rate never caps
+# what the fleet gives one caller.
+TOKEN_REQUESTS_PER_REPLICA = 1000
+# POSTs in flight at once from one source: every replica's MAX_QUEUE, so that a lone caller can fill the fleet's
+# queues as the contract lets it fill one; the shims' turns keep it from starving another caller.
+MAX_QUEUE = ShimSettings.max_queue
+# The internal network's fixed subnet and HAProxy's fixed address on it: the shims read the client from
+# X-Forwarded-For only when it comes from there (BALANCER_ADDRESSES), for the model's turns per caller.
+BACKEND_SUBNET = "172.30.8.0/24"
+BALANCER_ADDRESS = "172.30.8.2"
 # Requests at once on one shim (below its MAX_CONNECTIONS, 256; above its MAX_QUEUE, 32, so that its own 429 busy
 # still answers a full replica), and how long a request may wait here for one when every shim is at it.
 SERVER_MAXCONN = 64
@@ -138,11 +147,12 @@ def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request
                    log_to_stdout: bool = True, docker_dns: bool = False,
                    per_source_connections: int = PER_SOURCE_CONNECTIONS,
                    per_source_requests: int = PER_SOURCE_REQUESTS, rate_period: str = RATE_PERIOD,
-                   per_source_posts: int = PER_SOURCE_POSTS,
+                   per_source_posts: int | None = None, per_source_token_requests: int | None = None,
                    server_maxconn: int = SERVER_MAXCONN, timeout_queue: str = TIMEOUT_QUEUE,
                    timeout_check: str = TIMEOUT_CHECK, max_body_bytes: int = MAX_BODY_BYTES) -> str:
     """The template with one `server NAME ADDRESS` line per replica's shim. docker_dns: names are resolved by
-    Docker's DNS, again whenever a container comes back with another address, and one not up yet starts down."""
+    Docker's DNS, again whenever a container comes back with another address, and one not up yet starts down.
+    per_source_posts and per_source_token_requests scale with the replicas unless given."""
     if not servers or len({name for name, _ in servers}) != len(servers):
         raise ValueError("at least one server, each with a name of its own")
     seconds = timeout_request_seconds or longest_request_seconds() + 60
@@ -150,7 +160,10 @@ def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request
         maxconn=maxconn, bind=bind, check_inter=check_inter, fastinter=fastinter, timeout_request=f"{seconds}s",
         timeout_http_request=HTTP_REQUEST_TIMEOUT, timeout_client=CLIENT_TIMEOUT, body_wait=BODY_WAIT,
         per_source_connections=per_source_connections, per_source_requests=per_source_requests,
-        rate_period=rate_period, per_source_posts=per_source_posts, server_maxconn=server_maxconn,
+        per_source_token_requests=per_source_token_requests or max(per_source_requests,
+                                                                   TOKEN_REQUESTS_PER_REPLICA * len(servers)),
+        rate_period=rate_period, per_source_posts=per_source_posts or MAX_QUEUE * len(servers),
+        server_maxconn=server_maxconn,
         timeout_queue=timeout_queue, timeout_check=timeout_check, max_body_bytes=max_body_bytes,
         resolvers=("resolvers docker\n    nameserver dns 127.0.0.11:53\n    hold valid 10s\n\n" if docker_dns else ""),
         server_options=" resolvers docker init-addr last,libc,none" if docker_dns else "",
@@ -238,9 +251,11 @@ def _shim(gpu: int, next_token: bool, grace_seconds: int) -> dict:
                         "INTERN_DECISION_HOST": "0.0.0.0", "INTERN_DECISION_PORT": str(SHIM_PORT),
                         "INTERN_DECISION_METRICS_HOST": "0.0.0.0",
                         "INTERN_DECISION_METRICS_PORT": str(SHIM_METRICS_PORT),
-                        # every connection comes from HAProxy: the per-source bounds are its own
+                        # every connection comes from HAProxy: the per-source bounds are its own, and the
+                        # client it names in X-Forwarded-For is the caller whose turn it is
                         "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0",
-                        "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0"},
+                        "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0",
+                        "INTERN_DECISION_BALANCER_ADDRESSES": BALANCER_ADDRESS},
         "secrets": ["api_token", "triton_api_key"],
         # The replica's namespace, Triton's too, as in a pod: the shim talks to its own Triton on 127.0.0.1 only,
         # and a restarted Triton comes back in the same namespace.
@@ -277,7 +292,7 @@ def compose_file(gpus: int, next_token: bool = False, timing: dict | None = None
         "image": "haproxy:2.6",
         "volumes": ["./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro"],
         "ports": ["${SHIM_BIND:-127.0.0.1}:${SHIM_PORT:-8080}:8080"],
-        "networks": ["backend", "edge"],
+        "networks": {"backend": {"ipv4_address": BALANCER_ADDRESS}, "edge": {}},
         # No depends_on: the shims depend on it, so that it stops after them (their drain's answers pass here).
         "stop_signal": "SIGUSR1",
         "stop_grace_period": HAPROXY_STOP_GRACE,
@@ -305,7 +320,7 @@ def compose_file(gpus: int, next_token: bool = False, timing: dict | None = None
         "name": "intern-decision-multi-gpu",
         "services": services,
         "secrets": secrets,
-        "networks": {"backend": {"internal": True}, "edge": {}},
+        "networks": {"backend": {"internal": True, "ipam": {"config": [{"subnet": BACKEND_SUBNET}]}}, "edge": {}},
         "volumes": {"prometheus-data": {}, "grafana-data": {}},
     }
 

@@ -2,6 +2,8 @@
 the env file templates and the image constraints. Read as files; no Docker daemon needed."""
 from __future__ import annotations
 
+import ipaddress
+
 import re
 import subprocess
 import tomllib
@@ -185,6 +187,11 @@ def test_tritons_ports_are_not_published_and_live_on_an_internal_network(compose
     assert environment(services["shim"])["INTERN_DECISION_MAX_QUEUE_PER_PEER"] == "0"
     assert environment(services["shim"])["INTERN_DECISION_TRITON_URL"] == "127.0.0.1:8000"
     assert set(services["haproxy"]["networks"]) == {"backend", "edge"}
+    # HAProxy's fixed address on the internal network's fixed subnet: the one whose X-Forwarded-For the shim reads.
+    balancer = services["haproxy"]["networks"]["backend"]["ipv4_address"]
+    assert environment(services["shim"])["INTERN_DECISION_BALANCER_ADDRESSES"] == balancer
+    subnet = compose["networks"]["backend"]["ipam"]["config"][0]["subnet"]
+    assert ipaddress.ip_address(balancer) in ipaddress.ip_network(subnet)
     assert set(services["prometheus"]["networks"]) >= {"backend"}
 
 

@@ -100,6 +100,10 @@ def test_the_api_token_reaches_the_shims_alone_and_only_haproxy_prometheus_and_g
                == service["environment"]["INTERN_DECISION_MAX_QUEUE_PER_PEER"]
                for name, service in services.items() if name.startswith("shim-"))
     assert services["haproxy"]["ports"] == ["${SHIM_BIND:-127.0.0.1}:${SHIM_PORT:-8080}:8080"]
+    # The shims read X-Forwarded-For from HAProxy's fixed address alone (the model's turns per caller).
+    balancer = services["haproxy"]["networks"]["backend"]["ipv4_address"]
+    assert all(service["environment"]["INTERN_DECISION_BALANCER_ADDRESSES"] == balancer
+               for name, service in services.items() if name.startswith("shim-"))
 
 
 def test_haproxy_balances_on_least_connections_checks_health_and_retries_connection_failures_only(rendered):
@@ -161,11 +165,15 @@ def test_haproxy_bounds_each_source_and_each_shim(rendered):
     assert re.search(rf"^\s+tcp-request connection reject if {{ sc0_conn_cur gt {module.PER_SOURCE_CONNECTIONS} }}$",
                      config, re.M)
     assert re.search(rf"^\s+acl over_rate sc0_http_req_rate gt {module.PER_SOURCE_REQUESTS}$", config, re.M)
-    # POSTs in flight per source, counted before their body is waited for, below one replica's queue (MAX_QUEUE 32).
+    # A source presenting a token: more requests per period than the replicas can answer, scaled with them.
+    token_rate = module.TOKEN_REQUESTS_PER_REPLICA * GPUS
+    assert re.search(rf"^\s+acl over_token_rate sc0_http_req_rate gt {token_rate}$", config, re.M)
+    assert re.search(r"if over_rate !has_authorization or over_token_rate$", config, re.M)
+    # POSTs in flight per source, counted before their body is waited for: every replica's queue (a lone caller
+    # may fill them all, as the contract lets it fill one).
     assert re.search(r"^\s+http-request track-sc1 src,ipmask\(32,64\) table posts_in_flight if post$", config, re.M)
-    assert re.search(rf"if post {{ sc1_trackers gt {module.PER_SOURCE_POSTS} }}$", config, re.M)
+    assert re.search(rf"if post {{ sc1_trackers gt {32 * GPUS} }}$", config, re.M)
     assert config.index("track-sc1") < config.index("http-request wait-for-body")
-    assert 1 <= module.PER_SOURCE_POSTS < 32
     # Every refusal of the frontend: the envelope, the shim's code for its status, the connection closed.
     returns = re.findall(r"^\s+http-request return status (\d+) (.+)$", config, re.M)
     codes = {status: re.search(r'\\"code\\":\\"(\w+)\\"', rest).group(1) for status, rest in returns}
