@@ -52,6 +52,10 @@ TOKEN_REQUESTS_PER_REPLICA = 1000
 # POSTs in flight at once from one source: every replica's MAX_QUEUE, so that a lone caller can fill the fleet's
 # queues as the contract lets it fill one; the shims' turns keep it from starving another caller.
 MAX_QUEUE = ShimSettings.max_queue
+# HAProxy's connections at once, at least; and how many sources holding their whole share of connections it
+# tolerates with room to spare (the hostile matrix's 16).
+MAXCONN = 4096
+TOLERATED_SOURCES = 16
 # The internal network's fixed subnet and HAProxy's fixed address on it: the shims read the client from
 # X-Forwarded-For only when it comes from there (BALANCER_ADDRESSES), for the model's turns per caller.
 BACKEND_SUBNET = "172.30.8.0/24"
@@ -142,27 +146,40 @@ def timing_from_env_file(path: Path) -> dict:
     return timing
 
 
+def fleet_bounds(replicas: int) -> dict[str, int]:
+    """HAProxy's bounds for `replicas` shims (docs/operations.md, "Callers and the queue"): one source may hold every
+    replica's queue in POSTs and the connections they take plus PER_SOURCE_CONNECTIONS' room for its other requests;
+    maxconn stays above TOLERATED_SOURCES sources holding their whole share, with room for everyone else."""
+    posts = MAX_QUEUE * replicas
+    connections = PER_SOURCE_CONNECTIONS + MAX_QUEUE * (replicas - 1)
+    return {"per_source_posts": posts, "per_source_connections": connections,
+            "per_source_token_requests": TOKEN_REQUESTS_PER_REPLICA * replicas,
+            "maxconn": max(MAXCONN, TOLERATED_SOURCES * connections + MAXCONN // 4)}
+
+
 def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request_seconds: int | None = None,
-                   check_inter: str = "1s", fastinter: str = FASTINTER, maxconn: int = 4096,
+                   check_inter: str = "1s", fastinter: str = FASTINTER, maxconn: int | None = None,
                    log_to_stdout: bool = True, docker_dns: bool = False,
-                   per_source_connections: int = PER_SOURCE_CONNECTIONS,
+                   per_source_connections: int | None = None,
                    per_source_requests: int = PER_SOURCE_REQUESTS, rate_period: str = RATE_PERIOD,
                    per_source_posts: int | None = None, per_source_token_requests: int | None = None,
                    server_maxconn: int = SERVER_MAXCONN, timeout_queue: str = TIMEOUT_QUEUE,
                    timeout_check: str = TIMEOUT_CHECK, max_body_bytes: int = MAX_BODY_BYTES) -> str:
     """The template with one `server NAME ADDRESS` line per replica's shim. docker_dns: names are resolved by
     Docker's DNS, again whenever a container comes back with another address, and one not up yet starts down.
-    per_source_posts and per_source_token_requests scale with the replicas unless given."""
+    The per-source bounds and maxconn scale with the replicas unless given (fleet_bounds)."""
     if not servers or len({name for name, _ in servers}) != len(servers):
         raise ValueError("at least one server, each with a name of its own")
     seconds = timeout_request_seconds or longest_request_seconds() + 60
+    fleet = fleet_bounds(len(servers))
+    per_source_connections = per_source_connections or fleet["per_source_connections"]
     return Template(TEMPLATE.read_text()).substitute(
-        maxconn=maxconn, bind=bind, check_inter=check_inter, fastinter=fastinter, timeout_request=f"{seconds}s",
+        maxconn=maxconn or fleet["maxconn"], bind=bind, check_inter=check_inter, fastinter=fastinter, timeout_request=f"{seconds}s",
         timeout_http_request=HTTP_REQUEST_TIMEOUT, timeout_client=CLIENT_TIMEOUT, body_wait=BODY_WAIT,
         per_source_connections=per_source_connections, per_source_requests=per_source_requests,
         per_source_token_requests=per_source_token_requests or max(per_source_requests,
-                                                                   TOKEN_REQUESTS_PER_REPLICA * len(servers)),
-        rate_period=rate_period, per_source_posts=per_source_posts or MAX_QUEUE * len(servers),
+                                                                   fleet["per_source_token_requests"]),
+        rate_period=rate_period, per_source_posts=per_source_posts or fleet["per_source_posts"],
         server_maxconn=server_maxconn,
         timeout_queue=timeout_queue, timeout_check=timeout_check, max_body_bytes=max_body_bytes,
         resolvers=("resolvers docker\n    nameserver dns 127.0.0.11:53\n    hold valid 10s\n\n" if docker_dns else ""),

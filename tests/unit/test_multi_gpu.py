@@ -162,7 +162,11 @@ def test_haproxy_bounds_each_source_and_each_shim(rendered):
     # A source is an IPv4 address or an IPv6 /64 (one holder has a /64 whole, a million addresses), and its
     # connections past its share are refused as they connect, before they can hold a slot of maxconn silent.
     assert re.search(r"^\s+tcp-request connection track-sc0 src,ipmask\(32,64\)$", config, re.M)
-    assert re.search(rf"^\s+tcp-request connection reject if {{ sc0_conn_cur gt {module.PER_SOURCE_CONNECTIONS} }}$",
+    fleet = module.fleet_bounds(GPUS)
+    assert fleet["per_source_connections"] == module.PER_SOURCE_CONNECTIONS + 32 * (GPUS - 1)
+    assert re.search(rf"^\s+maxconn {fleet['maxconn']}$", config, re.M) and fleet["maxconn"] >= 4096
+    assert fleet["maxconn"] > module.TOLERATED_SOURCES * fleet["per_source_connections"]
+    assert re.search(rf"^\s+tcp-request connection reject if {{ sc0_conn_cur gt {fleet['per_source_connections']} }}$",
                      config, re.M)
     assert re.search(rf"^\s+acl over_rate sc0_http_req_rate gt {module.PER_SOURCE_REQUESTS}$", config, re.M)
     # A source presenting a token: more requests per period than the replicas can answer, scaled with them.
