@@ -186,18 +186,23 @@ def graphs_step(ctx: Context) -> Found:
 def describe_graphs(graphs: dict) -> str:
     parts = []
     for name, modes in (graphs.get("shapes") or {}).items():
-        eager = (modes.get("eager") or {}).get("predict", {}).get("p50")
-        cells = [f"eager {eager}"]
+        cells = []
         for mode in ("exact", "bucketed"):
             entry = modes.get(mode) or {}
             if entry:
-                cells.append(f"{mode} {entry.get('predict', {}).get('p50')} (|Δp| {entry.get('max_abs_dp'):.2g}, "
+                labels = entry.get("labels_differing")
+                cells.append(f"{mode} {entry.get('predict', {}).get('p50')} against eager "
+                             f"{entry.get('eager', {}).get('p50')}, alternated (|Δp| {entry.get('max_abs_dp'):.2g}, "
                              f"{'bit-identical' if entry.get('bit_identical') else 'not bit-identical'}"
-                             f"{', labels differ: ' + ', '.join(entry['labels_differing']) if entry.get('labels_differing') else ''})")
+                             f"{', labels differ: ' + ', '.join(labels) if labels else ''})")
         parts.append(f"{name} p50 ms: " + ", ".join(cells))
-    off = [f"{mode} off: {graphs[mode]['off_reason']}" for mode in ("exact", "bucketed")
-           if (graphs.get(mode) or {}).get("off_reason")]
-    return "; ".join(parts + off)
+    for mode in ("exact", "bucketed"):
+        facts = graphs.get(mode) or {}
+        if facts.get("off_reason"):
+            parts.append(f"{mode} off: {facts['off_reason']}")
+        if facts.get("refused"):
+            parts.append(f"{mode} refused: " + ", ".join(f"{shape} ({why})" for shape, why in facts["refused"].items()))
+    return "; ".join(parts)
 
 
 def inprocess_shared_step(ctx: Context) -> Found:
