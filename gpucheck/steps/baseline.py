@@ -76,6 +76,18 @@ def _describe_inprocess(result: dict) -> str:
             f"linear attention {result.get('linear_attention')}: {bound}")
 
 
+def _conv_bound(result: dict) -> bool:
+    return ((result.get("bound") or {}).get("causal_conv1d_fn") or {}).get("path") == FAST
+
+
+def _fallbacks(first: dict) -> list[tuple[str, bool, tuple[str, ...]]]:
+    """What to measure, in order, after a run with the kernels failed: (the path's name, block every kernel, extra
+    arguments). causal-conv1d failing alone leaves fla's delta rule, which served on the card before it: the mixed
+    path first, then torch's."""
+    mixed = [("the mixed path (fla kept, torch's conv)", False, ("--block-conv",))] if _conv_bound(first) else []
+    return mixed + [("torch's implementations", True, ())]
+
+
 def inprocess_step(ctx: Context) -> Found:
     leftover = ctx.take_warmup()  # a warm-up whose step gave way (time was short) does not share the card with it
     if leftover is not None:
@@ -89,19 +101,8 @@ def inprocess_step(ctx: Context) -> Found:
         if not first.get("kernels", {}).get("fla", {}).get("importable") or first.get("kernels_blocked"):
             with keeping(first):  # what was measured before the failure
                 raise
-        # fla imported but the run with it failed: measure with transformers' torch implementations instead.
-        (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-with-fla-failed.json")
-        if _left(ctx) < _torch_need(ctx):
-            with keeping(first):
-                raise RuntimeError(f"with fla it failed ({exc}); {_left(ctx):.0f} s were left, below the "
-                                   f"{_torch_need(ctx):.0f} s the measurement with torch's implementations needs: "
-                                   f"not started") from exc
-        note = f"; with fla it failed ({exc}), measured without it"
-        try:
-            result = _run_inprocess(ctx, "inprocess.json", block=True)
-        except (RuntimeError, TimeoutError):
-            with keeping(written_so_far(ctx.out / "inprocess.json")):
-                raise
+        (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-with-kernels-failed.json")
+        result, note = _measure_fallbacks(ctx, first, exc)
     caps = ctx.findings.caps
     if ctx.cuda:
         try:
@@ -119,6 +120,32 @@ def inprocess_step(ctx: Context) -> Found:
                  inprocess_path=result.get("linear_attention"),
                  kernels_bound=any(entry.get("path") == "fast" for entry in (result.get("bound") or {}).values()),
                  caps=caps)
+
+
+def _measure_fallbacks(ctx: Context, first: dict, failure: Exception) -> tuple[dict, str]:
+    """The in-process figures on the next path that works, after the kernels' run failed: (its result, the note that
+    says each path tried and why it did not serve)."""
+    note, last = f"; with the kernels it failed ({failure})", failure
+    fallbacks = _fallbacks(first)
+    for position, (path, block, extra) in enumerate(fallbacks):
+        final = position == len(fallbacks) - 1
+        if _left(ctx) < _torch_need(ctx):
+            with keeping(first):
+                raise RuntimeError(f"{note[2:]}; {_left(ctx):.0f} s were left, below the {_torch_need(ctx):.0f} s "
+                                   f"the measurement on {path} needs: not started") from last
+        try:
+            # a path that may fail leaves what the next one needs; the last one gets all that is left
+            result = _run_inprocess(ctx, "inprocess.json", block=block, extra=extra,
+                                    seconds=None if final else _with_kernels_seconds(ctx))
+        except (RuntimeError, TimeoutError) as exc:
+            if final:
+                with keeping(written_so_far(ctx.out / "inprocess.json")):
+                    raise
+            (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-mixed-failed.json")
+            note, last = note + f"; on {path} it failed ({exc})", exc
+            continue
+        return result, note + f"; measured on {path}"
+    raise AssertionError("the last fallback returns or raises")
 
 
 def _where_compiled(ctx: Context, result: dict) -> dict | None:

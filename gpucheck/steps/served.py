@@ -77,8 +77,10 @@ def serving_choice(ctx: Context) -> dict:
 
 def server_step(ctx: Context) -> Found:
     findings = ctx.findings
-    if findings.kernels_bound and findings.kernels is not None:
-        install.expose_kernels(findings.python, findings.kernels, ctx.out / "install.log")
+    conv_hidden = bool((findings.inprocess or {}).get("conv_blocked"))
+    if findings.kernels_bound and findings.kernels is not None:  # the path the in-process figures proved, no faster
+        install.expose_kernels(findings.python, findings.kernels, ctx.out / "install.log",
+                               hidden=("causal_conv1d",) if conv_hidden else ())
     attempts = [("production", None), ("variant", VARIANT)] if ctx.gpu else [("cpu", "cpu")]
     cap = findings.caps["production_gib"] if ctx.cuda else None
     ready_seconds, facts = _serve(ctx, cap, attempts, "shim.log")
@@ -89,7 +91,8 @@ def server_step(ctx: Context) -> Found:
     loaded = _libraries_compared(server.pid, (findings.inprocess or {}).get("libraries") or {})
     data = {"config": ctx.stack.config, "attempts": ctx.stack.attempts, "ready_seconds": ready_seconds,
             "vram_cap_gib": cap, "caps": findings.caps,
-            "kernels_exposed": bool(findings.kernels_bound and findings.kernels), "health": facts,
+            "kernels_exposed": bool(findings.kernels_bound and findings.kernels), "conv_hidden": conv_hidden,
+            "health": facts,
             "linear_attention": served, "slow_kernels_allowed": findings.slow_kernels_allowed,
             "triton": server.http_url, "metrics": server.metrics_url, "shim": shim.url, "libraries": loaded}
     capped = f", production VRAM cap {cap} GiB" if cap else (", uncapped" if ctx.cuda else "")
