@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from wire.facts import INFO_METRIC, ModelFacts
+from wire.graph_series import CALLS_METRIC, CAPTURED, MEMORY_METRIC, MODE_METRIC, REFUSED_PREFIX, SHAPES_METRIC
 from wire.protocol import OUTCOMES
 
 from .graphs import OFF, REFUSALS, GraphFacts
@@ -19,7 +20,7 @@ TOKEN_BUCKETS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 SECONDS_BUCKETS = [0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0]
 MEMORY_KINDS = ("reserved", "allocated", "peak_reserved")
 GRAPH_PATHS = ("replayed", "eager")
-GRAPH_SHAPE_STATES = ("captured",) + tuple(f"refused_{kind}" for kind in REFUSALS)
+GRAPH_SHAPE_STATES = (CAPTURED,) + tuple(f"{REFUSED_PREFIX}{kind}" for kind in REFUSALS)
 NO_GRAPHS = GraphFacts(OFF, "", (), {}, 0, 0, 0)
 
 
@@ -48,15 +49,15 @@ class ModelMetrics:
                                "reserved after the warm-up (baseline)",
                    kind=family.GAUGE),
             family(name=INFO_METRIC, description="The pins and limits in force", kind=family.GAUGE),
-            family(name="intern_decision_cuda_graphs",
+            family(name=MODE_METRIC,
                    description="1 for how the forward runs now (mode) and why graphs are off (reason)",
                    kind=family.GAUGE),
-            family(name="intern_decision_graph_shapes",
+            family(name=SHAPES_METRIC,
                    description="Shapes captured and proven, and refused by why (out of memory, budget, differs)",
                    kind=family.GAUGE),
-            family(name="intern_decision_graph_memory_bytes", description="What the graphs' captures hold",
+            family(name=MEMORY_METRIC, description="What the graphs' captures hold",
                    kind=family.GAUGE),
-            family(name="intern_decision_graph_calls_total",
+            family(name=CALLS_METRIC,
                    description="Forward calls replayed from a graph or run eager beneath predict()",
                    kind=family.COUNTER),
         ]
@@ -129,8 +130,8 @@ class ModelMetrics:
             self._graph_mode.set(1)
         if shown is None or (now.captured, now.refused, now.memory_bytes) != \
                 (shown.captured, shown.refused, shown.memory_bytes):
-            counts = {"captured": len(now.captured),
-                      **{f"refused_{kind}": count for kind, count in now.refused_by_kind().items()}}
+            counts = {CAPTURED: len(now.captured),
+                      **{f"{REFUSED_PREFIX}{kind}": count for kind, count in now.refused_by_kind().items()}}
             for state, gauge in self._graph_shapes.items():
                 gauge.set(counts[state])
             self._graph_memory.set(now.memory_bytes)
