@@ -48,7 +48,8 @@ def exposition(pb: FakePbUtils) -> str:
 def test_what_the_model_publishes_is_what_health_reads():
     pb = FakePbUtils()
     facts = GraphFacts("exact", "", (Shape(289, 3), Shape(798, 16)),
-                       {Shape(3900, 16): OUT_OF_MEMORY, Shape(8192, 16): BUDGET, Shape(364, 5): DIFFERS}, 96 << 20, 0, 0)
+                       {Shape(3900, 16): OUT_OF_MEMORY, Shape(8192, 16): BUDGET, Shape(364, 5): DIFFERS},
+                       96 << 20, 0, 0)
     metrics = ModelMetrics(pb, "intern_decision", FACTS, lambda: (0, 0, 0), read_graphs=lambda: facts)
     facts = GraphFacts(facts.mode, "", facts.captured, facts.refused, facts.memory_bytes, 7, 2)
     metrics.record([CallRecord("ok", 0.02, 289)])
