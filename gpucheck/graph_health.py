@@ -38,6 +38,12 @@ def settled(read: Callable[[], dict | None], seconds_left: float, sleep=time.sle
     return {"graphs": read(), "caught_up": wait >= SETTLE_SECONDS}
 
 
+def current(read: Callable[[], dict | None], seconds_left: float, sleep=time.sleep) -> dict:
+    """The graphs now: at once when they are off (nothing moves then), else after a refresh (settled)."""
+    graphs = read()
+    return settled(read, seconds_left, sleep) if running(graphs) else {"graphs": graphs, "caught_up": True}
+
+
 def after_calls(read: Callable[[], dict | None], at_least: int, seconds_left: float, sleep=time.sleep,
                 clock=time.monotonic) -> dict:
     """The graphs once their forward calls reach `at_least` (or graphs are off), polled for at most a refresh;

@@ -125,7 +125,7 @@ def service_step(ctx: Context) -> Found:
     token = ctx.stack.token_file.read_text()
     read_graphs = graph_health.reader(ctx.stack.shim)
     with keeping({"shapes": results}) as data:  # the shapes timed so far, if the step is cut
-        graphs = data["graphs_before"] = _graphs_before(read_graphs, ctx.budget())
+        graphs = data["graphs_before"] = graph_health.current(read_graphs, ctx.budget())["graphs"]
         for position, name in enumerate(timed):
             seconds = max(1.0, (deadline - time.monotonic()) / (len(timed) - position) - SERVICE_LAST_ROUND_SECONDS)
             entry = time_shape(ctx.stack.shim.url, token, fitted[name]["body"], ctx.options.rounds, seconds,
@@ -144,13 +144,6 @@ def service_step(ctx: Context) -> Found:
     return Found("; ".join(f"{name} p50 {entry['client'].get('p50')} ms (n={entry['client'].get('count')})"
                            for name, entry in results.items()) + f"; graphs after: {graph_health.describe(graphs)}",
                  data)
-
-
-def _graphs_before(read_graphs, seconds_left: float) -> dict | None:
-    graphs = read_graphs()
-    if graph_health.running(graphs):  # calls answered before the step may not be counted yet
-        graphs = graph_health.settled(read_graphs, seconds_left)["graphs"]
-    return graphs
 
 
 def graphs_of_shape(read_graphs, before: dict | None, calls: int, seconds_left: float) -> tuple[dict, dict | None]:
@@ -193,7 +186,7 @@ def acceptance_step(ctx: Context) -> Found:
         raise Skip("no acceptance check but check 6 selected")
     with keeping({"vram_cap_gib": ctx.findings.caps["production_gib"] if ctx.cuda else None}) as data:
         _run_kit(ctx, data, checks, "acceptance")
-        data["graphs_after"] = graph_health.settled(graph_health.reader(ctx.stack.shim), ctx.budget())
+        data["graphs_after"] = graph_health.current(graph_health.reader(ctx.stack.shim), ctx.budget())
     unproven = [check for check in checks if data["checks"].get(check) in ("inconclusive", "not_run")]
     return Found("checks " + ", ".join(f"{check} {status}" for check, status in data["checks"].items())
                  + (f"; unproven, not deciding: {', '.join(unproven)} (the kit's report says why)" if unproven else "")

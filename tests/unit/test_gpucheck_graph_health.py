@@ -55,6 +55,13 @@ def test_settling_waits_a_refresh_or_says_it_could_not():
     assert graph_health.settled(reads(graphs(1, 0)), 2, clock.sleep)["caught_up"] is False
 
 
+def test_graphs_off_are_read_at_once():
+    clock = Clock()
+    off = graphs(0, 0, "off", "the attention runs 'eager', not sdpa")
+    assert graph_health.current(reads(off), 60, clock.sleep) == {"graphs": off, "caught_up": True} and clock.now == 0
+    assert graph_health.current(reads(graphs(5, 0)), 60, clock.sleep)["caught_up"] and clock.now > 0
+
+
 def test_a_shapes_calls_are_those_between_its_readings():
     shape, after = graphs_of_shape(reads(graphs(142, 7)), graphs(100, 4), 45, 60)
     assert shape == {"replayed": 42, "eager": 3, "mode": "exact", "caught_up": True} and after == graphs(142, 7)
