@@ -10,7 +10,7 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 
-from gpucheck import archive, budgets, diagnosis
+from gpucheck import archive, budgets, diagnosis, graph_health
 from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip
 from gpucheck.deadline import Deadline, DeadlineReached, kill_all
 from gpucheck.environment import nvidia_smi
@@ -263,11 +263,21 @@ def _facts(ctx: Context) -> dict:
         "slow_kernels_allowed": findings.slow_kernels_allowed,
         "cuda_graphs_served": ((server.get("health") or {}).get("model") or {}).get("cuda_graphs"),
         "cuda_graphs_reason": ((server.get("health") or {}).get("model") or {}).get("cuda_graphs_reason") or None,
+        "cuda_graphs_after_service": _graphs_after(data_of("service")),
+        "cuda_graphs_after_acceptance": _graphs_after(data_of("acceptance")),
         "hidden_from_service": [entry["distribution"] for entry in
                                 data_of("install").get("hidden", [])] or None,
         "latency": latency_rows(steps),
     }
     return {key: value for key, value in facts.items() if value is not None}
+
+
+def _graphs_after(found: dict) -> str | None:
+    """/health's graphs as a step left them; None where it did not read them."""
+    if "graphs_after" not in found:
+        return None
+    after = found["graphs_after"]
+    return graph_health.describe(after["graphs"]) + ("" if after["caught_up"] else " (not every call counted yet)")
 
 
 def _warmup_fact(found: dict) -> str | None:

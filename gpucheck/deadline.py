@@ -76,15 +76,15 @@ def run_logged(command: list, log_path: Path, timeout: float, env: dict | None =
 
 
 def start_logged(command: list, log_path: Path, env: dict | None = None, cwd: Path | None = None,
-                 stdout_to_log: bool = False) -> subprocess.Popen:
+                 stdout_to_log: bool = False, stdin: int | None = None) -> subprocess.Popen:
     """Start a command in its own process group, stderr (and stdout with stdout_to_log) appended to log_path; the
-    teardown kills it if it is still running. finish_logged() waits for it."""
+    teardown kills it if it is still running. finish_logged() waits for it; stdin=subprocess.PIPE talks to it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(str(part) for part in command)}\n".encode())
         log.flush()
         process = subprocess.Popen([str(part) for part in command], stdout=log if stdout_to_log else subprocess.PIPE,
-                                   stderr=log, env=env, cwd=cwd, start_new_session=True)
+                                   stderr=log, env=env, cwd=cwd, start_new_session=True, stdin=stdin)
     process.log_path = log_path
     _live.add(process)
     return process

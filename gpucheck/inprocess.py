@@ -140,8 +140,29 @@ def graph_rounds(torch, engine, args, fitted: dict, timed: list, deadline: float
         save()
 
     return measure_graphs(torch, engine, {name: predict_calls(fitted[name]["body"]) for name in timed},
-                          lambda calls, seconds: measure(engine, calls, args.rounds, seconds, warmup=0),
-                          max(3.0, deadline - time.monotonic()), lambda: CudaCapture(torch, args.device), keep)
+                          lambda calls: time_round(engine, calls), args.rounds, max(3.0, deadline - time.monotonic()),
+                          lambda: CudaCapture(torch, args.device), keep)
+
+
+def time_round(engine, calls: list) -> float:
+    """Milliseconds of one round: every call of the shape's request, back to back."""
+    started = time.perf_counter()
+    for request in calls:
+        engine.predict(request)
+    return (time.perf_counter() - started) * 1000
+
+
+def serve_rounds(engine, fitted: dict) -> None:
+    """One round per shape named on stdin, its milliseconds on stdout: another process decides the order, so that
+    several interpreters are timed round by round in the same conditions (gpucheck.interpreter_rounds)."""
+    from gpucheck.shapes import predict_calls
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        name = line.strip()
+        if not name:
+            break
+        print(f"{time_round(engine, predict_calls(fitted[name]['body'])):.3f}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -161,6 +182,8 @@ def main(argv=None) -> int:
                         help="hide causal_conv1d alone: the mixed path (fla for the delta rule, torch for the conv)")
     parser.add_argument("--graphs", action="store_true",
                         help="instead of the rounds: each shape eager, from exact and from bucketed CUDA graphs")
+    parser.add_argument("--serve-rounds", action="store_true",
+                        help="after the warm-ups: read a shape's name per line on stdin, print its round's ms")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
 
@@ -222,6 +245,9 @@ def main(argv=None) -> int:
     result["warmup_seconds"] = round(time.perf_counter() - started, 2)
     result["libraries"] = libraries.loaded()  # after a forward pass; compared with the stub's by the server step
     save()
+    if args.serve_rounds:
+        serve_rounds(engine, fitted)
+        return 0
     if args.graphs:
         result["graphs"] = graph_rounds(torch, engine, args, fitted, timed, begun + args.budget, save, result)
         save()

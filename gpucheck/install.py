@@ -148,10 +148,11 @@ def install(machine_python: str, carry_dir: Path, scratch: Path, log: Path, budg
             "kernels": str(kernels) if kernels else None, "versions": versions, "hidden": hidden}
 
 
-def expose_kernels(python: str, kernels: Path, log: Path) -> None:
-    """Make the kernel folder part of the service's environment (the stub ignores PYTHONPATH)."""
+def expose_kernels(python: str, kernels: Path, log: Path, hidden: tuple[str, ...] = ()) -> None:
+    """Make the kernel folder part of the service's environment (the stub ignores PYTHONPATH), less the packages in
+    `hidden` (causal_conv1d, where only the mixed path worked in process)."""
     target = Path(site_packages(python, log, 60))
-    (target / KERNELS_PTH_NAME).write_text(str(kernels) + "\n")
+    (target / KERNELS_PTH_NAME).write_text(str(kernels) + "\n" + (hide_line(list(hidden)) if hidden else ""))
 
 
 def version_of(python: str) -> str:

@@ -6,7 +6,8 @@ def latency_rows(steps: dict) -> list:
     """One row per timed shape: tokens; predict() in process (with the kernels the server uses), its forward, with
     torch kernels and from CUDA graphs; the same request through the service at the client, at the shim and
     predict()'s forward inside Triton's stub; and what the stack adds (service minus in-process, at p50 and mean).
-    The split says by itself whether time is lost inside predict()'s forward or around it."""
+    The split says by itself whether time is lost inside predict()'s forward or around it; served_graphs, how the
+    service's forwards ran while the row was timed (replayed or eager, from /health)."""
     data = {name: (steps.get(name) or {}).get("data", {}) for name in ("inprocess", "inprocess_torch", "service")}
     inprocess, without, service = (data[name].get("shapes", {}) for name in ("inprocess", "inprocess_torch", "service"))
     graphed = ((steps.get("graphs") or {}).get("data", {}).get("graphs") or {}).get("shapes", {})
@@ -26,7 +27,8 @@ def latency_rows(steps: dict) -> list:
                "graphs_bucketed_p50_ms": _stat(graphs.get("bucketed") or {}, "predict", "p50"),
                "service_p50_ms": _stat(through, "client", "p50"), "service_mean_ms": _stat(through, "client", "mean"),
                "service_p95_ms": _stat(through, "client", "p95"),
-               "shim_p50_ms": _stat(through, "server", "p50"), "stub_forward_p50_ms": _stat(through, "forward", "p50")}
+               "shim_p50_ms": _stat(through, "server", "p50"), "stub_forward_p50_ms": _stat(through, "forward", "p50"),
+               "served_graphs": through.get("graphs")}
         for stat in ("p50", "mean"):
             a, b = row[f"service_{stat}_ms"], row[f"inprocess_{stat}_ms"]
             row[f"added_{stat}_ms"] = round(a - b, 2) if a is not None and b is not None else None
@@ -36,6 +38,16 @@ def latency_rows(steps: dict) -> list:
 
 def _stat(entry: dict, series: str, stat: str):
     return (entry.get(series) or {}).get(stat)
+
+
+def served_cell(graphs: dict | None) -> str:
+    if not graphs:
+        return "—"
+    return f"{graphs['replayed']} / {graphs['eager']} ({graphs['mode']}){'' if graphs['caught_up'] else ' ?'}"
+
+
+def _graphs_fact(facts: dict, step: str) -> str:
+    return facts.get(f"cuda_graphs_after_{step}") or "not read"
 
 
 def _cell(value) -> str:
@@ -50,6 +62,7 @@ def _cell(value) -> str:
 
 def render_markdown(report: dict) -> str:
     steps = {step["name"]: step for step in report["steps"]}
+    facts = report.get("facts") or {}
     lines = [
         f"# GPU check ({report['mode']} mode): {report.get('headline') or report['result'].upper()}",
         "",
@@ -72,11 +85,14 @@ def render_markdown(report: dict) -> str:
             "forward: the part of it in the model's forward; torch kernels: the same without flash-linear-attention "
             "and causal-conv1d; graphs: replayed from CUDA graphs (exact / bucketed). Service: the same request as "
             "`/decide/shared`, at the client, at the shim (`timing.total_seconds`) and the forward inside Triton's "
-            "stub (`timing.inference_seconds`). Added: service minus in-process.",
+            "stub (`timing.inference_seconds`). Added: service minus in-process. Served from graphs: the service's "
+            "forwards while the row was timed, replayed / eager, and the graphs' mode, from `/health` (? where "
+            "`/health` had not counted them all within a refresh).",
             "",
             "| shape | tokens per call | in-process p50 / mean | forward p50 | torch kernels p50 | graphs p50 "
-            "| service p50 / mean / p95 | shim p50 | forward in the stub p50 | added p50 / mean |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| service p50 / mean / p95 | shim p50 | forward in the stub p50 | added p50 / mean "
+            "| served from graphs |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in rows:
             lines.append(
@@ -86,14 +102,16 @@ def render_markdown(report: dict) -> str:
                 f"{_cell(row['graphs_bucketed_p50_ms'])} | "
                 f"{_cell(row['service_p50_ms'])} / {_cell(row['service_mean_ms'])} / {_cell(row['service_p95_ms'])} | "
                 f"{_cell(row['shim_p50_ms'])} | {_cell(row['stub_forward_p50_ms'])} | "
-                f"{_cell(row['added_p50_ms'])} / {_cell(row['added_mean_ms'])} |")
+                f"{_cell(row['added_p50_ms'])} / {_cell(row['added_mean_ms'])} | "
+                f"{served_cell(row['served_graphs'])} |")
+        lines += ["", f"Graphs, live from `/health`: after the service, {_graphs_fact(facts, 'service')}; after the "
+                      f"acceptance, {_graphs_fact(facts, 'acceptance')}."]
     reference = report["reference"]
     lines += [
         "",
         f"Reference to beat ({reference['anchor']}): {reference['rtx4090_mean_ms']} ms mean "
         f"({reference['rtx4090_note']}); {reference['h200_cuda_graphs_ms']} ms ({reference['h200_note']}).",
     ]
-    facts = report.get("facts") or {}
     lines += ["", kernels_line(facts), "", fla_line(facts)]
     if facts:
         lines += ["", "## Facts", ""]

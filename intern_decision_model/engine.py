@@ -15,7 +15,7 @@ from wire.facts import ModelFacts
 
 from .checkpoint import StartupRefused, load_inference_module, verify_snapshot_path
 from .graph_start import GraphState, WarmUp, start_graphs
-from .graphs import OFF
+from .graphs import OFF, GraphFacts
 from .guard import CallGuard
 from .kernels import kernel_facts, slow_path_refusal
 from .offline import set_offline
@@ -166,9 +166,9 @@ class ServingEngine:
                 raise StartupRefused("vision-tower check failed: the warm-up scored differently without the tower "
                                      f"({scored_part(first)} before, {scored_part(second)} after)")
             vision = "removed"
-        graphs = start_graphs(torch, engine, settings, device, WarmUp(WARMUP_REQUEST, first), scored_part,
-                              guard.grow_baseline)
-        guard.release()  # what a capture or a graph turned off left in the cache is not the baseline
+        graphs = start_graphs(torch, engine, settings, device, WarmUp(WARMUP_REQUEST, first), scored_part)
+        guard.release()  # what a capture or a graph turned off left in the cache is not the baseline; the graphs'
+        # own memory is: every graph is captured by now, none on the serving path
         guard.mark_baseline()
 
         facts = ModelFacts(
@@ -221,6 +221,10 @@ class ServingEngine:
         """(reserved, allocated, peak reserved) bytes on the device; 0 on the CPU."""
         guard = self._guard
         return guard.reserved_bytes(), guard.allocated_bytes(), guard.peak_reserved_bytes()
+
+    def graph_facts(self) -> GraphFacts:
+        """What the CUDA graphs do now (mode, shapes captured and refused, memory, calls replayed and eager)."""
+        return self.graphs.facts()
 
     @property
     def memory_baseline(self) -> int:

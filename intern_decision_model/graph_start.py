@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .checkpoint import StartupRefused
-from .graphs import EXACT, MAX_POSITIONS, OFF, CudaCapture, GraphRunner, Shape, buckets_needed, unsupported
+from .graphs import (DIFFERS, EXACT, MAX_POSITIONS, OFF, CudaCapture, GraphFacts, GraphRunner, Shape, buckets_needed,
+                     unsupported)
 from .settings import AUTO, Settings
 
 log = logging.getLogger("intern_decision.graphs")
@@ -30,9 +31,15 @@ def gate_requests(warm_up: dict) -> list[dict]:
 
 @dataclass(frozen=True)
 class GraphState:
-    mode: str  # off | exact | bucketed: what serves
+    mode: str  # off | exact | bucketed: what served at the end of start-up
     reason: str  # why graphs are off, "" when on or not asked for
     runner: GraphRunner | None
+
+    def facts(self) -> GraphFacts:
+        """What the graphs do now: a runner may turn off, or refuse shapes, after start-up."""
+        if self.runner is not None:
+            return self.runner.facts()
+        return GraphFacts(OFF, self.reason, (), {}, 0, 0, 0)
 
 
 def compare(eager: dict, graphed: dict) -> tuple[float, list[str]]:
@@ -53,9 +60,10 @@ class WarmUp:
 
 
 def start_graphs(torch: Any, engine: Any, settings: Settings, device: str, warm_up: WarmUp,
-                 scored: Callable[[dict], Any], on_growth: Callable[[int], None],
-                 capture_for: Callable[[Any, str], Any] = CudaCapture) -> GraphState:
-    """Install the runner beneath engine.predict and check it against the eager warm-up."""
+                 scored: Callable[[dict], Any], capture_for: Callable[[Any, str], Any] = CudaCapture) -> GraphState:
+    """Install the runner beneath engine.predict, capture every graph it will serve, and check it against the eager
+    warm-up. Whatever a graph does here (an error included) ends in graphs off, never in a model that does not load,
+    unless a mode was asked for explicitly."""
     asked = settings.cuda_graphs
     if asked == OFF or (asked == AUTO and device == "cpu"):
         return GraphState(OFF, "", None)
@@ -67,11 +75,14 @@ def start_graphs(torch: Any, engine: Any, settings: Settings, device: str, warm_
         reason = unsupported(model)
         runner = None if reason else GraphRunner(
             torch, model, capture_for(torch, device), mode, settings.graph_budget_mib << 20,
-            settings.graph_buckets, on_growth).install()
+            settings.graph_buckets, settings.graph_gate).install()
     except Exception as exc:
         reason, runner = f"the graph runner could not start: {type(exc).__name__}: {exc}", None
     if runner is not None:
-        reason = _check(runner, engine, settings, warm_up, scored)
+        try:
+            reason = _check(runner, engine, settings, warm_up, scored)
+        except Exception as exc:  # the gate's own replays, guarded like the captures
+            reason = f"the start-up check of the graphs failed: {type(exc).__name__}: {exc}"
     if reason:
         if runner is not None:
             runner.turn_off(reason)
@@ -79,22 +90,36 @@ def start_graphs(torch: Any, engine: Any, settings: Settings, device: str, warm_
             raise StartupRefused(f"graph check failed: {reason} (INTERN_DECISION_CUDA_GRAPHS={asked})")
         log.warning("serving eager: %s", reason)
         return GraphState(OFF, reason, None)
-    log.info("CUDA graphs %s: %s captured, %d MiB", mode, ", ".join(map(str, sorted(runner.graphs))) or "none",
+    log.info("CUDA graphs %s: %s captured and proven, %s refused, %d MiB", mode,
+             ", ".join(map(str, sorted(runner.graphs))) or "none",
+             ", ".join(f"{shape} ({why})" for shape, why in sorted(runner.refused.items())) or "none",
              runner.memory_bytes >> 20)
     return GraphState(mode, "", runner)
 
 
 def _check(runner: GraphRunner, engine: Any, settings: Settings, warm_up: WarmUp,
            scored: Callable[[dict], Any]) -> str:
-    """"" when the graphs answer as the mode promises, else why not. exact: the warm-up replayed equals eager, bit for
-    bit. bucketed: every gate request within settings.graph_gate of eager, with the same labels."""
+    """"" when the graphs answer as the mode promises, else why not. exact: the warm-up's shapes and the configured
+    ones captured and proven, then the warm-up replayed equals eager, bit for bit. bucketed: every bucket an input
+    can fall in captured and proven, then every gate request within settings.graph_gate of eager, with the same
+    labels."""
     if runner.mode == EXACT:
-        runner.prepare(list(settings.graph_shapes))
-        for _ in range(2):  # seen twice: captured, then replayed
-            replayed = engine.predict(warm_up.request)
+        engine.predict(warm_up.request)  # eager, uncaptured: says which shapes the warm-up's forward has
+        warm_up_shapes = set(runner.uncovered)
+        runner.prepare(list(settings.graph_shapes) + list(warm_up_shapes))
         if not runner.on:
             return runner.off_reason
-        if not runner.calls["replayed"]:
+        if any(runner.refused.get(shape) == DIFFERS for shape in warm_up_shapes):
+            return "the warm-up replayed from its graph differs from eager"
+        missing = [f"{shape} ({runner.refused.get(shape, 'not captured')})" for shape in sorted(warm_up_shapes)
+                   if shape not in runner.graphs]
+        if missing:
+            return f"the warm-up's shapes have no graph: {', '.join(missing)}"
+        replayed_before = runner.calls["replayed"]
+        replayed = engine.predict(warm_up.request)
+        if not runner.on:
+            return runner.off_reason
+        if runner.calls["replayed"] == replayed_before:
             return "the warm-up's forward was not replayed from a graph"
         if scored(replayed) != scored(warm_up.result):
             return "the warm-up replayed from its graph differs from eager"
@@ -103,10 +128,15 @@ def _check(runner: GraphRunner, engine: Any, settings: Settings, warm_up: WarmUp
                                                                                settings.max_tokens)])
     if not runner.on:
         return runner.off_reason
+    if not runner.graphs:
+        return "no bucket's graph was captured and proven: " + ", ".join(
+            f"{shape} ({why})" for shape, why in sorted(runner.refused.items()))
     for request in gate_requests(warm_up.request):
         with runner.paused():
             eager = engine.predict(request)
         graphed = engine.predict(request)
+        if not runner.on:
+            return runner.off_reason
         worst, differing = compare(eager, graphed)
         if worst > settings.graph_gate or differing:
             return (f"the bucketed graphs differ from eager by |Δp| {worst:.3g} (gate {settings.graph_gate}), "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -51,31 +52,38 @@ class Capture(Protocol):
 
 
 class CudaCapture:
-    """torch.cuda.graph with one memory pool shared by every graph: replays never overlap and each output is copied
-    out before the next replay, so the graphs may reuse each other's intermediate memory."""
+    """torch.cuda.graph on one capture stream reused for every graph, with one memory pool shared by every graph:
+    replays never overlap and each output is copied out before the next replay, so the graphs may reuse each other's
+    intermediate memory. One stream, because torch keeps a cuBLAS workspace per stream for the process's life."""
 
-    WARMUPS = 3  # on a side stream before capture, so that lazy initialisation and autotuning happen outside it
+    WARMUPS = 3  # on the capture stream before capture, so that lazy initialisation and autotuning happen outside it
 
     def __init__(self, torch: Any, device: str):
         self._torch, self._device = torch, device
         self._pool = torch.cuda.graph_pool_handle()
+        self._stream = torch.cuda.Stream(device)
 
     def record(self, run: Callable[[], Any]) -> Recorded:
         cuda = self._torch.cuda
-        side = cuda.Stream(self._device)
-        side.wait_stream(cuda.current_stream(self._device))
-        with cuda.stream(side):
+        self._stream.wait_stream(cuda.current_stream(self._device))
+        with cuda.stream(self._stream):
             for _ in range(self.WARMUPS):
                 run()
-        cuda.current_stream(self._device).wait_stream(side)
+        cuda.current_stream(self._device).wait_stream(self._stream)
         graph = cuda.CUDAGraph()
-        with cuda.graph(graph, pool=self._pool):
+        # thread_local: a CUDA call another thread makes meanwhile (the metrics, the stub) cannot poison the capture
+        with cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
             output = run()
         graph.output = output
         return graph
 
     def reserved_bytes(self) -> int:
-        return int(self._torch.cuda.memory_reserved(self._device))
+        """What the allocator holds once its cache is emptied: capture empties it too, so a figure taken with cached
+        blocks in it would hide what the graph took."""
+        cuda = self._torch.cuda
+        cuda.synchronize(self._device)
+        cuda.empty_cache()
+        return int(cuda.memory_reserved(self._device))
 
 
 @contextlib.contextmanager
@@ -124,6 +132,33 @@ def buckets_needed(buckets: tuple[int, ...], max_tokens: int) -> list[int]:
     return [bucket for bucket in sorted(buckets) if bucket < max_tokens] + ([largest] if largest else [])
 
 
+def logit_tolerance(gate: float) -> float:
+    """The most any logit may move so that no probability the readout takes moves by more than `gate`: a softmax over
+    any subset of the logits, at any temperature ≥ 1, moves each probability p by at most p·(e^(2δ) − 1) when every
+    logit moves by at most δ."""
+    return math.log1p(gate) / 2
+
+
+# Why a shape is served eager although its graph was asked for.
+OUT_OF_MEMORY, BUDGET, DIFFERS = "out_of_memory", "budget", "differs"
+REFUSALS = (OUT_OF_MEMORY, BUDGET, DIFFERS)
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """What the graphs do now, for /health's metrics: read live, after start-up as well."""
+    mode: str  # off | exact | bucketed: what serves now
+    reason: str  # why graphs are off, "" when on or never asked for
+    captured: tuple[Shape, ...]  # captured and proven against eager: the shapes replayed
+    refused: dict[Shape, str]  # shape -> out_of_memory | budget | differs: eager for good
+    memory_bytes: int  # what the graphs' captures took from the allocator
+    replayed: int  # forward calls replayed from a graph
+    eager: int  # forward calls run eager under the runner (not covered, or a shape without a graph)
+
+    def refused_by_kind(self) -> dict[str, int]:
+        return {kind: sum(1 for why in self.refused.values() if why == kind) for kind in REFUSALS}
+
+
 class Graph:
 
     def __init__(self, torch: Any, forward: Callable[..., Any], shape: Shape, device: Any, pad_id: int,
@@ -155,22 +190,26 @@ class Graph:
 
 
 class GraphRunner:
-    """Wraps model.forward: a covered call is replayed from its shape's graph, any other call runs eager."""
+    """Wraps model.forward: a call whose shape has a proven graph is replayed from it, any other call runs eager.
+
+    Graphs are captured by prepare(), at start-up, never on the serving path; a graph is kept only once a replay of it
+    equalled the eager forward of the same inputs (bit for bit in exact mode, within logit_tolerance(gate) in
+    bucketed mode, whose padded inputs change every GEMM's shape)."""
 
     def __init__(self, torch: Any, model: Any, capture: Capture, mode: str, budget_bytes: int,
-                 buckets: tuple[int, ...] = (), on_growth: Callable[[int], None] = lambda grown: None):
+                 buckets: tuple[int, ...] = (), gate: float = 0.01):
         if mode not in (EXACT, BUCKETED):
             raise ValueError(f"a graph runner runs exact or bucketed, not {mode!r}")
         self._torch, self._model, self._capture = torch, model, capture
         self.mode, self.budget_bytes, self.buckets = mode, budget_bytes, tuple(sorted(buckets))
-        self._on_growth = on_growth
+        self.tolerance = 0.0 if mode == EXACT else logit_tolerance(gate)
         self._eager = model.forward
         self._device = next(model.parameters()).device
         self._pad_id = int(getattr(getattr(model, "config", None), "pad_token_id", None) or 0)
-        self.graphs: dict[Shape, Graph] = {}
-        self.sightings: Counter[Shape] = Counter()
-        self.refused: set[Shape] = set()  # shapes whose capture ran out of memory: eager from then on
-        self.calls: Counter[str] = Counter()  # replayed | eager | captured
+        self.graphs: dict[Shape, Graph] = {}  # proven: the only graphs replayed
+        self.refused: dict[Shape, str] = {}  # shape -> out_of_memory | budget | differs: eager for good
+        self.uncovered: Counter[Shape] = Counter()  # covered calls of a shape without a graph, by shape
+        self.calls: Counter[str] = Counter(replayed=0, eager=0, captured=0)  # every key present: read live elsewhere
         self.memory_bytes = 0
         self.off_reason = ""
         self._paused = False
@@ -192,6 +231,10 @@ class GraphRunner:
         self.off_reason, self.graphs = reason, {}
         self.uninstall()
 
+    def facts(self) -> GraphFacts:
+        return GraphFacts(self.mode if self.on else OFF, self.off_reason, tuple(sorted(self.graphs)),
+                          dict(self.refused), self.memory_bytes, self.calls["replayed"], self.calls["eager"])
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Every call inside runs eager: the reference a gate compares against."""
@@ -208,27 +251,38 @@ class GraphRunner:
         return None if bucket is None else Shape(bucket, MAX_POSITIONS)
 
     def prepare(self, shapes: list[Shape]) -> None:
-        """Capture these shapes now, the largest first, so that the smaller ones reuse its memory."""
+        """Capture and prove these shapes now, the largest first, so that the smaller ones reuse its memory. A shape
+        that does not fit (out of memory, or the budget reached) or whose replay differs from eager stays eager; any
+        other failure turns every graph off."""
         for shape in sorted(set(shapes), reverse=True):
-            if shape not in self.graphs and self.on:
-                self._record(shape)
+            if not self.on:
+                return
+            if shape in self.graphs or shape in self.refused:
+                continue
+            if self.memory_bytes >= self.budget_bytes:
+                self._refuse(shape, BUDGET, f"the graphs hold {self.memory_bytes >> 20} MiB, "
+                                            f"the budget {self.budget_bytes >> 20} MiB")
+                continue
+            self._capture_and_prove(shape)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         covered = self._covered(args, kwargs)
-        if covered is None:
-            self.calls["eager"] += 1
-            return self._eager(*args, **kwargs)
-        shape, input_ids, positions = covered
-        graph = self.graphs.get(shape)
-        if graph is None and shape not in self.refused:
-            self.sightings[shape] += 1
-            if self.sightings[shape] >= 2 and self.memory_bytes < self.budget_bytes:
-                graph = self._record(shape)
-        if graph is None:
-            self.calls["eager"] += 1
-            return self._eager(*args, **kwargs)
-        self.calls["replayed"] += 1
-        return graph.run(input_ids, positions)
+        graph = None
+        if covered is not None:
+            shape, input_ids, positions = covered
+            graph = self.graphs.get(shape)
+            if graph is None:
+                self.uncovered[shape] += 1
+        if graph is not None:
+            try:
+                output = graph.run(input_ids, positions)
+            except Exception as exc:  # the call is still answered, eager; no graph is trusted after this
+                self.turn_off(f"replaying {shape} failed: {_first_line(exc)}")
+            else:
+                self.calls["replayed"] += 1
+                return output
+        self.calls["eager"] += 1
+        return self._eager(*args, **kwargs)
 
     def _covered(self, args: tuple, kwargs: dict) -> tuple[Shape, Any, Any] | None:
         """(shape, input ids, positions) of a call the graphs can replay, else None."""
@@ -250,25 +304,50 @@ class GraphRunner:
         shape = self.shape_of(int(input_ids.shape[1]), int(positions.shape[0]))
         return None if shape is None else (shape, input_ids, positions)
 
-    def _record(self, shape: Shape) -> Graph | None:
+    def _refuse(self, shape: Shape, kind: str, why: str) -> None:
+        self.refused[shape] = kind
+        log.warning("CUDA graph for %s not served (%s): %s", shape, kind, why)
+
+    def _capture_and_prove(self, shape: Shape) -> None:
         before = self._capture.reserved_bytes()
         try:
             # normal tensors, not inference ones: predict() may score under no_grad as well as inference_mode
             with self._torch.inference_mode(False), self._torch.no_grad():
                 graph = Graph(self._torch, self._eager, shape, self._device, self._pad_id, self._capture,
                               lambda: eager_masks(self._model))
+                self.calls["captured"] += 1
+                worst = self._replay_against_eager(graph)
         except Exception as exc:
-            first_line = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
-            if is_out_of_memory(exc, self._torch):  # this shape does not fit under the cap; the others still do
-                self.refused.add(shape)
-                log.warning("CUDA graph for %s not captured, out of memory: %s", shape, first_line)
+            if is_out_of_memory(exc, self._torch):  # this shape does not fit under the cap; the others still may
+                self._refuse(shape, OUT_OF_MEMORY, _first_line(exc))
             else:
-                self.turn_off(f"capturing {shape} failed: {first_line}")
-            return None
-        grown = max(0, self._capture.reserved_bytes() - before)
-        self.memory_bytes += grown
+                self.turn_off(f"capturing {shape} failed: {_first_line(exc)}")
+            return
+        finally:
+            self.memory_bytes += max(0, self._capture.reserved_bytes() - before)
+        if not worst <= self.tolerance:  # NaN included
+            self._refuse(shape, DIFFERS, f"a replay differs from eager by {worst:.3g} in a logit "
+                                         f"(at most {self.tolerance:.3g} in {self.mode} mode)")
+            return
         self.graphs[shape] = graph
-        self.calls["captured"] += 1
-        self._on_growth(grown)
-        log.info("CUDA graph captured for %s (%d MiB, %d MiB in all)", shape, grown >> 20, self.memory_bytes >> 20)
-        return graph
+        log.info("CUDA graph captured and proven for %s (%d MiB in all)", shape, self.memory_bytes >> 20)
+
+    def _replay_against_eager(self, graph: Graph) -> float:
+        """The largest |Δ| between a replay's logits and eager's, on the same inputs: ids drawn at random (a fixed
+        seed), so that a replay that did not recompute shows."""
+        torch, shape = self._torch, graph.shape
+        generator = torch.Generator().manual_seed(shape.length * 131 + shape.positions)
+        vocabulary = int(self._model.get_input_embeddings().num_embeddings)
+        input_ids = torch.randint(0, vocabulary, (1, shape.length), generator=generator).to(self._device)
+        positions = torch.linspace(0, shape.length - 1, shape.positions).long().to(self._device)
+        eager = self._eager(input_ids=input_ids, attention_mask=None, use_cache=False, logits_to_keep=positions).logits
+        replayed = graph.run(input_ids, positions).logits
+        if replayed.shape != eager.shape:
+            return math.inf
+        if torch.equal(replayed, eager):
+            return 0.0
+        return float((replayed.float() - eager.float()).abs().max())
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"

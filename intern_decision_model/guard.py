@@ -60,11 +60,6 @@ class CallGuard:
     def mark_baseline(self) -> None:
         self._baseline = self.reserved_bytes()
 
-    def grow_baseline(self, grown: int) -> None:
-        """Memory a graph captured after start-up holds for good: part of the baseline from now on."""
-        if self._baseline is not None:
-            self._baseline += grown
-
     def release(self) -> None:
         gc.collect()
         if self.on_cuda:

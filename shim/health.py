@@ -17,6 +17,7 @@ from .errors import MODEL_UNAVAILABLE, ApiError, ModelFailure, Problem, envelope
 from .metrics import ShimMetrics
 from .port.chunking import MAX_QUESTIONS_PER_CALL
 from .port.facts_cache import FactsCache
+from .port.graph_series import LiveGraphs
 from .port.watch import ModelWatch
 from .settings import ShimSettings
 
@@ -37,6 +38,7 @@ class ModelHealth(NamedTuple):
 
     problem: Problem | None  # why the model is not usable; None when it is
     facts: ModelFacts | None  # the model's facts, when it is usable
+    graphs: LiveGraphs | None = None  # what the CUDA graphs do now, when the model is usable and publishes it
 
 
 class HealthCheck:
@@ -68,15 +70,17 @@ class HealthCheck:
             self._checking = None
 
     async def _read(self) -> ModelHealth:
-        problem, facts = await self._watch.triton_ready(), None
+        problem, facts, graphs = await self._watch.triton_ready(), None, None
         if problem is None:
             try:
                 facts = await self.facts.get()
             except ApiError as exc:
                 problem = Problem(exc.reason if isinstance(exc, ModelFailure) else MODEL_UNAVAILABLE, exc.message)
+        if problem is None:
+            graphs = await self._watch.graphs()  # live, never cached: it changes while the model serves
         if problem is not None:
             self.facts.clear()  # a restarted model may bring other pins
-        previous, self._last = self._last, ModelHealth(problem, facts)
+        previous, self._last = self._last, ModelHealth(problem, facts, graphs)
         if problem is not None and (previous is None or previous.problem != problem):
             log.warning("the health check finds the model not usable: %s", problem.detail)
         elif problem is None and previous is not None and previous.problem is not None:
@@ -100,10 +104,11 @@ class HealthCheck:
                 self._checking.cancel()
 
 
-def health_body(settings: ShimSettings, facts: ModelFacts) -> dict:
+def health_body(settings: ShimSettings, facts: ModelFacts, graphs: LiveGraphs | None = None) -> dict:
     return {
         "status": "ok",
         "model": {key: value for key, value in facts.as_dict().items() if key not in ("vram_cap_gib", "max_tokens")},
+        "graphs": None if graphs is None else graphs.as_dict(),
         "vram_cap_gib": facts.vram_cap_gib,
         "max_tokens": facts.max_tokens,
         "max_decisions": settings.max_decisions,
@@ -122,6 +127,6 @@ def health_route(settings: ShimSettings, check: "HealthCheck", drain: Drain) -> 
         if verdict.problem is not None:
             body = {"status": "unavailable", **envelope(UNAVAILABLE, verdict.problem.public)}
             return JSONResponse(body, status_code=503)
-        return JSONResponse(health_body(settings, verdict.facts))
+        return JSONResponse(health_body(settings, verdict.facts, verdict.graphs))
 
     return Route(HEALTH_PATH, health, methods=["GET"])

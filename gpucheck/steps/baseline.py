@@ -7,9 +7,10 @@ import json
 import time
 from pathlib import Path
 
-from gpucheck import budgets, kernel_lengths, shared_launcher
+from gpucheck import budgets, interpreter_rounds, kernel_lengths, shared_launcher
 from gpucheck.cap import plan_caps, unmeasured
-from gpucheck.context import Context, Skip, dtype_of, keeping, written_so_far
+from gpucheck.carry import REPO_ROOT
+from gpucheck.context import Context, Inconclusive, Skip, dtype_of, keeping, script_environment, written_so_far
 from gpucheck.deadline import kill_group
 from gpucheck.findings import Found
 from intern_decision_model.kernels import FAST
@@ -47,23 +48,27 @@ def _run_inprocess(ctx: Context, out_name: str, block: bool, seconds: float | No
                    extra: tuple[str, ...] = (), python: str | None = None) -> dict:
     path = ctx.out / out_name
     budget = ctx.budget(_left(ctx) if seconds is None else seconds)
-    own = budget - INPROCESS_IMPORTS_SECONDS - INPROCESS_LAST_ROUNDS_SECONDS
-    arguments = ["--checkpoint", ctx.findings.pins.checkpoint, "--shapes", ctx.findings.shapes_path, "--out", path,
-                 "--device", ctx.options.device, "--dtype", dtype_of(ctx),
-                 "--rounds", str(ctx.options.rounds), "--warmup", str(ctx.options.warmup),
-                 "--budget", str(max(5, int(own)))]
-    if ctx.cuda:
-        arguments.append("--probe")
-    if ctx.findings.kernels is not None:
-        arguments += ["--kernels", ctx.findings.kernels]
-    if block:
-        arguments.append("--block-kernels")
-    arguments += list(extra)
+    arguments = _inprocess_arguments(ctx, path, budget, block, extra)
     try:
         ctx.script("gpucheck.inprocess", arguments, out_name.replace(".json", ".log"), limit=budget, python=python)
     finally:
         result = json.loads(path.read_text()) if path.is_file() else {}
     return result
+
+
+def _inprocess_arguments(ctx: Context, path: Path, budget: float, block: bool, extra: tuple[str, ...]) -> list:
+    own = budget - INPROCESS_IMPORTS_SECONDS - INPROCESS_LAST_ROUNDS_SECONDS
+    arguments = ["--checkpoint", ctx.findings.pins.checkpoint, "--shapes", ctx.findings.shapes_path, "--out", path,
+                 "--device", ctx.options.device, "--dtype", dtype_of(ctx),
+                 "--rounds", str(ctx.options.rounds), "--warmup", str(ctx.options.warmup),
+                 "--budget", str(max(5, int(own)))]
+    if ctx.cuda and "--serve-rounds" not in extra:
+        arguments.append("--probe")
+    if ctx.findings.kernels is not None:
+        arguments += ["--kernels", ctx.findings.kernels]
+    if block:
+        arguments.append("--block-kernels")
+    return arguments + list(extra)
 
 
 def _describe_inprocess(result: dict) -> str:
@@ -74,6 +79,18 @@ def _describe_inprocess(result: dict) -> str:
     return ("; ".join(parts) + f"; load {result.get('load_seconds')} s, warm-up {result.get('warmup_seconds')} s "
             f"(first call {result.get('first_call_seconds')} s); "
             f"linear attention {result.get('linear_attention')}: {bound}")
+
+
+def _conv_bound(result: dict) -> bool:
+    return ((result.get("bound") or {}).get("causal_conv1d_fn") or {}).get("path") == FAST
+
+
+def _fallbacks(first: dict) -> list[tuple[str, bool, tuple[str, ...]]]:
+    """What to measure, in order, after a run with the kernels failed: (the path's name, block every kernel, extra
+    arguments). causal-conv1d failing alone leaves fla's delta rule, which served on the card before it: the mixed
+    path first, then torch's."""
+    mixed = [("the mixed path (fla kept, torch's conv)", False, ("--block-conv",))] if _conv_bound(first) else []
+    return mixed + [("torch's implementations", True, ())]
 
 
 def inprocess_step(ctx: Context) -> Found:
@@ -89,19 +106,8 @@ def inprocess_step(ctx: Context) -> Found:
         if not first.get("kernels", {}).get("fla", {}).get("importable") or first.get("kernels_blocked"):
             with keeping(first):  # what was measured before the failure
                 raise
-        # fla imported but the run with it failed: measure with transformers' torch implementations instead.
-        (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-with-fla-failed.json")
-        if _left(ctx) < _torch_need(ctx):
-            with keeping(first):
-                raise RuntimeError(f"with fla it failed ({exc}); {_left(ctx):.0f} s were left, below the "
-                                   f"{_torch_need(ctx):.0f} s the measurement with torch's implementations needs: "
-                                   f"not started") from exc
-        note = f"; with fla it failed ({exc}), measured without it"
-        try:
-            result = _run_inprocess(ctx, "inprocess.json", block=True)
-        except (RuntimeError, TimeoutError):
-            with keeping(written_so_far(ctx.out / "inprocess.json")):
-                raise
+        (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-with-kernels-failed.json")
+        result, note = _measure_fallbacks(ctx, first, exc)
     caps = ctx.findings.caps
     if ctx.cuda:
         try:
@@ -119,6 +125,32 @@ def inprocess_step(ctx: Context) -> Found:
                  inprocess_path=result.get("linear_attention"),
                  kernels_bound=any(entry.get("path") == "fast" for entry in (result.get("bound") or {}).values()),
                  caps=caps)
+
+
+def _measure_fallbacks(ctx: Context, first: dict, failure: Exception) -> tuple[dict, str]:
+    """The in-process figures on the next path that works, after the kernels' run failed: (its result, the note that
+    says each path tried and why it did not serve)."""
+    note, last = f"; with the kernels it failed ({failure})", failure
+    fallbacks = _fallbacks(first)
+    for position, (path, block, extra) in enumerate(fallbacks):
+        final = position == len(fallbacks) - 1
+        if _left(ctx) < _torch_need(ctx):
+            with keeping(first):
+                raise RuntimeError(f"{note[2:]}; {_left(ctx):.0f} s were left, below the {_torch_need(ctx):.0f} s "
+                                   f"the measurement on {path} needs: not started") from last
+        try:
+            # a path that may fail leaves what the next one needs; the last one gets all that is left
+            result = _run_inprocess(ctx, "inprocess.json", block=block, extra=extra,
+                                    seconds=None if final else _with_kernels_seconds(ctx))
+        except (RuntimeError, TimeoutError) as exc:
+            if final:
+                with keeping(written_so_far(ctx.out / "inprocess.json")):
+                    raise
+            (ctx.out / "inprocess.json").rename(ctx.out / "inprocess-mixed-failed.json")
+            note, last = note + f"; on {path} it failed ({exc})", exc
+            continue
+        return result, note + f"; measured on {path}"
+    raise AssertionError("the last fallback returns or raises")
 
 
 def _where_compiled(ctx: Context, result: dict) -> dict | None:
@@ -186,22 +218,28 @@ def graphs_step(ctx: Context) -> Found:
 def describe_graphs(graphs: dict) -> str:
     parts = []
     for name, modes in (graphs.get("shapes") or {}).items():
-        eager = (modes.get("eager") or {}).get("predict", {}).get("p50")
-        cells = [f"eager {eager}"]
+        cells = []
         for mode in ("exact", "bucketed"):
             entry = modes.get(mode) or {}
             if entry:
-                cells.append(f"{mode} {entry.get('predict', {}).get('p50')} (|Δp| {entry.get('max_abs_dp'):.2g}, "
+                labels = entry.get("labels_differing")
+                cells.append(f"{mode} {entry.get('predict', {}).get('p50')} against eager "
+                             f"{entry.get('eager', {}).get('p50')}, alternated (|Δp| {entry.get('max_abs_dp'):.2g}, "
                              f"{'bit-identical' if entry.get('bit_identical') else 'not bit-identical'}"
-                             f"{', labels differ: ' + ', '.join(entry['labels_differing']) if entry.get('labels_differing') else ''})")
+                             f"{', labels differ: ' + ', '.join(labels) if labels else ''})")
         parts.append(f"{name} p50 ms: " + ", ".join(cells))
-    off = [f"{mode} off: {graphs[mode]['off_reason']}" for mode in ("exact", "bucketed")
-           if (graphs.get(mode) or {}).get("off_reason")]
-    return "; ".join(parts + off)
+    for mode in ("exact", "bucketed"):
+        facts = graphs.get(mode) or {}
+        if facts.get("off_reason"):
+            parts.append(f"{mode} off: {facts['off_reason']}")
+        if facts.get("refused"):
+            parts.append(f"{mode} refused: " + ", ".join(f"{shape} ({why})" for shape, why in facts["refused"].items()))
+    return "; ".join(parts)
 
 
 def inprocess_shared_step(ctx: Context) -> Found:
-    """predict() in process on the shared libpython the stub runs on: is the stack's time the runtime's?"""
+    """predict() in process on the shared libpython the stub runs on, against the interpreter's own binary and, as
+    the A/A control, that binary again: three workers timed round by round (gpucheck.interpreter_rounds)."""
     if not ctx.gpu:
         raise Skip("compares the GPU machine's static interpreter with its shared libpython")
     stub = ctx.report.step("stub").data
@@ -209,18 +247,38 @@ def inprocess_shared_step(ctx: Context) -> Found:
         library = shared_launcher.shared_library(stub.get("libdir") or "", stub.get("python_version") or "")
         launcher = shared_launcher.build(library, Path(ctx.findings.python).parent)
         runtime = shared_launcher.runs_shared(launcher)
+        own_runtime = shared_launcher.runs_shared(Path(ctx.findings.python))
     except shared_launcher.LauncherUnavailable as exc:
         raise Skip(str(exc)) from None
     ctx.stop_stack()
+    timed_shapes = [name for name, shape in ctx.findings.fitted.items() if shape["timed"]]
+    interpreters = {interpreter_rounds.OWN: ctx.findings.python, interpreter_rounds.OWN_AGAIN: ctx.findings.python,
+                    interpreter_rounds.SHARED: str(launcher)}
+    env = script_environment({**ctx.threads(), **ctx.kernel_cache()})
+    workers = {}
     try:
-        result = _run_inprocess(ctx, "inprocess-shared.json", block=_blocked(ctx), python=str(launcher))
-    except Exception:
-        with keeping(written_so_far(ctx.out / "inprocess-shared.json")):
-            raise
-    result.update(libpython=str(library), runtime=runtime)
-    static = {name: (entry.get("predict") or {}).get("p50")
-              for name, entry in ((ctx.findings.inprocess or {}).get("shapes") or {}).items()}
-    shared = {name: (entry.get("predict") or {}).get("p50") for name, entry in (result.get("shapes") or {}).items()}
-    result["p50_ms"] = {name: {"static": static.get(name), "shared": ms} for name, ms in shared.items()}
-    return Found(f"on {library.name}: " + "; ".join(f"{name} p50 {ms} ms (the interpreter's own: {static.get(name)})"
-                                                     for name, ms in shared.items()), result)
+        for arm, python in interpreters.items():
+            arguments = _inprocess_arguments(ctx, ctx.out / f"inprocess-shared-{arm}.json", ctx.budget(), _blocked(ctx),
+                                             ("--serve-rounds",))
+            workers[arm] = interpreter_rounds.Worker([python, "-m", "gpucheck.inprocess", *arguments],
+                                                     ctx.out / "inprocess-shared.log", env, REPO_ROOT)
+        for worker in workers.values():
+            worker.wait_ready()
+        timed = interpreter_rounds.alternated({arm: worker.round for arm, worker in workers.items()}, timed_shapes,
+                                              ctx.options.rounds, max(1.0, _left(ctx) - SHARED_CLOSE_SECONDS))
+    finally:
+        for worker in workers.values():
+            worker.close()
+    result = {**interpreter_rounds.verdict(timed, not own_runtime.get("shared")), "libpython": str(library),
+              "runtime": runtime, "own_runtime": own_runtime, "round_ms": timed}
+    (ctx.out / "inprocess-shared.json").write_text(json.dumps(result, indent=2) + "\n")
+    line = f"on {library.name}, alternated with the interpreter's own binary: " + "; ".join(
+        f"{name} p50 shared {entry['shared'].get('p50')} ms, own {entry['own'].get('p50')}, own again "
+        f"{entry['own_again'].get('p50')} (A/B {entry['ab_percent']} %, A/A control {entry['aa_percent']} %)"
+        for name, entry in result["shapes"].items())
+    if result["void"]:
+        raise Inconclusive(f"{result['void']}; {line}", result)
+    return Found(line, result)
+
+
+SHARED_CLOSE_SECONDS = 15  # the workers' last rounds and their exit

@@ -7,7 +7,7 @@ import secrets
 import time
 
 from devstack.shim import ShimServer
-from gpucheck import acceptance_kit, install, libraries
+from gpucheck import acceptance_kit, graph_health, install, libraries
 from gpucheck.context import Context, Inconclusive, ServiceFault, Skip, dtype_of, keeping
 from gpucheck.environment import nvidia_smi
 from gpucheck.findings import Found
@@ -77,8 +77,10 @@ def serving_choice(ctx: Context) -> dict:
 
 def server_step(ctx: Context) -> Found:
     findings = ctx.findings
-    if findings.kernels_bound and findings.kernels is not None:
-        install.expose_kernels(findings.python, findings.kernels, ctx.out / "install.log")
+    conv_hidden = bool((findings.inprocess or {}).get("conv_blocked"))
+    if findings.kernels_bound and findings.kernels is not None:  # the path the in-process figures proved, no faster
+        install.expose_kernels(findings.python, findings.kernels, ctx.out / "install.log",
+                               hidden=("causal_conv1d",) if conv_hidden else ())
     attempts = [("production", None), ("variant", VARIANT)] if ctx.gpu else [("cpu", "cpu")]
     cap = findings.caps["production_gib"] if ctx.cuda else None
     ready_seconds, facts = _serve(ctx, cap, attempts, "shim.log")
@@ -89,7 +91,8 @@ def server_step(ctx: Context) -> Found:
     loaded = _libraries_compared(server.pid, (findings.inprocess or {}).get("libraries") or {})
     data = {"config": ctx.stack.config, "attempts": ctx.stack.attempts, "ready_seconds": ready_seconds,
             "vram_cap_gib": cap, "caps": findings.caps,
-            "kernels_exposed": bool(findings.kernels_bound and findings.kernels), "health": facts,
+            "kernels_exposed": bool(findings.kernels_bound and findings.kernels), "conv_hidden": conv_hidden,
+            "health": facts,
             "linear_attention": served, "slow_kernels_allowed": findings.slow_kernels_allowed,
             "triton": server.http_url, "metrics": server.metrics_url, "shim": shim.url, "libraries": loaded}
     capped = f", production VRAM cap {cap} GiB" if cap else (", uncapped" if ctx.cuda else "")
@@ -120,19 +123,36 @@ def service_step(ctx: Context) -> Found:
     deadline = time.monotonic() + ctx.budget()
     results, mismatched = {}, []
     token = ctx.stack.token_file.read_text()
+    read_graphs = graph_health.reader(ctx.stack.shim)
     with keeping({"shapes": results}) as data:  # the shapes timed so far, if the step is cut
+        graphs = data["graphs_before"] = graph_health.current(read_graphs, ctx.budget())["graphs"]
         for position, name in enumerate(timed):
             seconds = max(1.0, (deadline - time.monotonic()) / (len(timed) - position) - SERVICE_LAST_ROUND_SECONDS)
             entry = time_shape(ctx.stack.shim.url, token, fitted[name]["body"], ctx.options.rounds, seconds,
                                ctx.options.warmup)
+            requests = ctx.options.warmup + len(entry["client_ms"])
+            entry["graphs"], graphs = graphs_of_shape(read_graphs, graphs, requests * len(fitted[name]["tokens"]),
+                                                      ctx.budget())
             entry["tokens_match"] = entry["tokens"] == fitted[name]["tokens"]
             if not entry["tokens_match"]:
                 mismatched.append(f"{name}: service {entry['tokens']}, fitted {fitted[name]['tokens']}")
             results[name] = entry
+        data["graphs_after"] = {"graphs": graphs,
+                                "caught_up": all(entry["graphs"]["caught_up"] for entry in results.values())}
         if mismatched:
             raise ServiceFault("the service scored other prompts than predict() in-process: " + "; ".join(mismatched))
     return Found("; ".join(f"{name} p50 {entry['client'].get('p50')} ms (n={entry['client'].get('count')})"
-                           for name, entry in results.items()), data)
+                           for name, entry in results.items()) + f"; graphs after: {graph_health.describe(graphs)}",
+                 data)
+
+
+def graphs_of_shape(read_graphs, before: dict | None, calls: int, seconds_left: float) -> tuple[dict, dict | None]:
+    """The forward calls a shape's `calls` predict() calls (one forward each) ran replayed and eager, from /health
+    once it counts them all, and the reading the next shape starts from."""
+    reading = graph_health.after_calls(read_graphs, graph_health.forward_calls(before) + calls, seconds_left)
+    after = reading["graphs"]
+    return {**graph_health.calls_between(before, after), "mode": (after or {}).get("mode"),
+            "caught_up": reading["caught_up"]}, after
 
 
 OVER_CAP_CHECK = "6"  # needs an instance under a cap the largest legal call exceeds: the overcap step
@@ -166,10 +186,11 @@ def acceptance_step(ctx: Context) -> Found:
         raise Skip("no acceptance check but check 6 selected")
     with keeping({"vram_cap_gib": ctx.findings.caps["production_gib"] if ctx.cuda else None}) as data:
         _run_kit(ctx, data, checks, "acceptance")
+        data["graphs_after"] = graph_health.current(graph_health.reader(ctx.stack.shim), ctx.budget())
     unproven = [check for check in checks if data["checks"].get(check) in ("inconclusive", "not_run")]
     return Found("checks " + ", ".join(f"{check} {status}" for check, status in data["checks"].items())
-                 + (f"; unproven, not deciding: {', '.join(unproven)} (the kit's report says why)" if unproven else ""),
-                 data)
+                 + (f"; unproven, not deciding: {', '.join(unproven)} (the kit's report says why)" if unproven else "")
+                 + f"; graphs after: {graph_health.describe(data['graphs_after']['graphs'])}", data)
 
 
 SERVED_CONFIGS = {"production": None, "variant": VARIANT, "cpu": "cpu"}

@@ -8,6 +8,7 @@ from wire.answer import CallAnswer
 from wire.facts import ModelFacts
 
 from ..errors import Problem
+from .graph_series import LiveGraphs
 
 
 @dataclass(frozen=True)
@@ -34,3 +35,6 @@ class Model(Protocol):
 
     async def facts(self) -> ModelFacts:
         """ModelFailure (model_unavailable) when they cannot be read."""
+
+    async def graphs(self) -> LiveGraphs | None:
+        """What the CUDA graphs do now; None when the model publishes it not or it cannot be read."""

@@ -22,6 +22,7 @@ from ..errors import (MODEL_FACTS_UNAVAILABLE, MODEL_NOT_ANSWERING, MODEL_NOT_RE
                       unreachable)
 from ..settings import ShimSettings
 from ..tracing import current_trace_id, inject
+from .graph_series import LiveGraphs, graphs_from_metrics
 from .http1 import Http1Connection
 from .model import Probe
 
@@ -121,6 +122,22 @@ class TritonModel:
                      triton_answered=True)
 
     async def facts(self) -> ModelFacts:
+        text = await self._metrics_text()
+        try:
+            facts = facts_from_metrics(text, self._settings.model_name)
+        except (ValueError, KeyError) as exc:
+            raise facts_unavailable(f"the model's {INFO_METRIC} cannot be read: {type(exc).__name__}: {exc}") from None
+        if facts is None:
+            raise facts_unavailable(f"the model has not published {INFO_METRIC} yet")
+        return facts
+
+    async def graphs(self) -> LiveGraphs | None:
+        try:
+            return graphs_from_metrics(await self._metrics_text(), self._settings.model_name)
+        except (ModelFailure, ValueError):
+            return None
+
+    async def _metrics_text(self) -> str:
         try:
             response = await self._metrics.request("GET", self._metrics_target,
                                                     self._settings.health_timeout_seconds)
@@ -129,12 +146,9 @@ class TritonModel:
         if response.status != 200:
             raise facts_unavailable(f"Triton's metrics answered {response.status}")
         try:
-            facts = facts_from_metrics(response.body.decode("utf-8"), self._settings.model_name)
-        except (ValueError, KeyError) as exc:
-            raise facts_unavailable(f"the model's {INFO_METRIC} cannot be read: {type(exc).__name__}: {exc}") from None
-        if facts is None:
-            raise facts_unavailable(f"the model has not published {INFO_METRIC} yet")
-        return facts
+            return response.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise facts_unavailable(f"Triton's metrics are not UTF-8: {exc}") from None
 
 
 def facts_unavailable(message: str) -> ModelFailure:

@@ -9,6 +9,7 @@ from wire.answer import CallAnswer
 from wire.facts import ModelFacts
 
 from ..errors import Failure, ModelFailure, Problem
+from .graph_series import LiveGraphs
 from .model import Model, Probe
 from .turns import Turns
 
@@ -52,6 +53,9 @@ class ModelWatch:
 
     async def facts(self) -> ModelFacts:
         return await self._model.facts()
+
+    async def graphs(self) -> LiveGraphs | None:
+        return await self._model.graphs()
 
     async def ping(self) -> Probe:
         return await self._model.ping()

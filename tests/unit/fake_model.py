@@ -9,6 +9,7 @@ import asyncio
 import math
 
 from shim.errors import Problem
+from shim.port.graph_series import LiveGraphs
 from shim.port.model import Probe
 from shim.port.triton import read_answer
 from wire import strict_json
@@ -22,6 +23,9 @@ FACTS = {"name": "Fake-Decision", "repo": "internlm/Intern-Decision-4B", "revisi
          "linear_attention": "fast", "slow_kernels_allowed": False,
          "pinned": True, "boot_id": "b" * 32, "started_at": "2026-05-04T10:11:12.345+00:00",
          "cuda_graphs": "exact", "cuda_graphs_reason": ""}
+GRAPHS = {"mode": "exact", "reason": "", "shapes_captured": 2,
+          "shapes_refused": {"out_of_memory": 0, "budget": 0, "differs": 1}, "memory_bytes": 201326592,
+          "calls_replayed": 40, "calls_eager": 3}
 CALIBRATION = {"method": "temperature-scaling", "temperature": 1.99241824}
 
 
@@ -47,6 +51,7 @@ class FakeModel:
         self.opened = False
         self.probes: list[Probe] = []  # what the next pings answer, in order; then Probe(True)
         self.pings = 0
+        self.live_graphs: LiveGraphs | None = LiveGraphs(**GRAPHS)
 
     def bias_at(self, position: int) -> float:
         return self.position_bias[position] if position < len(self.position_bias) else 0.0
@@ -118,6 +123,9 @@ class FakeModel:
 
     async def facts(self) -> ModelFacts:
         return ModelFacts(**FACTS)
+
+    async def graphs(self) -> LiveGraphs | None:
+        return self.live_graphs
 
     async def open(self) -> None:
         self.opened = True

@@ -42,6 +42,9 @@ def test_a_good_checkpoint_starts_and_reports_its_pins(tmp_path, torch):
     assert engine.facts.device == "cuda:0" and engine.facts.dtype == "float32"
     assert engine.facts.pinned is False
     assert ("engine constructed", "cuda:0", "float32", 8192) in torch.events
+    graphs = engine.graph_facts()  # the live facts start as the start-up's
+    assert (graphs.mode, graphs.reason) == (engine.facts.cuda_graphs, engine.facts.cuda_graphs_reason) == \
+        ("off", "the attention runs None, not sdpa, whose causal path the graphs replay")
 
 
 def test_each_start_is_a_new_model_process_with_a_boot_id_and_start_time(tmp_path, torch):

@@ -230,37 +230,60 @@ def test_a_slow_warm_up_leaves_the_in_process_step_its_whole_limit_and_the_rest_
         assert left - gpu["inprocess"].limit >= sum(gpu[name].expected for name in ("server", "service", "acceptance"))
 
 
-def _fla_fails_then(tmp_path, monkeypatch, left: float):
-    """The in-process step where the run with fla fails with `left` seconds of the step remaining."""
+def _kernels_fail_then(tmp_path, monkeypatch, left: float, conv_bound: bool = False, mixed_fails: bool = True):
+    """The in-process step where the run with the kernels fails with `left` seconds of the step remaining; with
+    conv_bound, transformers had bound causal-conv1d too, and the mixed path (conv hidden) then fails or works."""
     ctx = _context(tmp_path, step_seconds=left, kernels=tmp_path / "kernels")
     calls = []
+    bound = {"causal_conv1d_fn": {"path": "fast" if conv_bound else "reference"},
+             "torch_chunk_gated_delta_rule": {"path": "fast"}}
 
-    def run_inprocess(ctx, out_name, block, seconds=None):
-        calls.append((block, seconds))
-        if not block:
-            (ctx.out / out_name).write_text(json.dumps({"kernels": {"fla": {"importable": True}}}))
-            raise RuntimeError("fla's forward failed")
-        return {"shapes": {}, "bound": {}}
+    def run_inprocess(ctx, out_name, block, seconds=None, extra=()):
+        calls.append((block, seconds, extra))
+        mixed = "--block-conv" in extra
+        if not block and (not mixed or mixed_fails):
+            (ctx.out / out_name).write_text(json.dumps({"kernels": {"fla": {"importable": True}}, "bound": bound}))
+            raise RuntimeError("the conv's forward failed" if not mixed else "fla's forward failed")
+        return {"shapes": {}, "bound": {}, "conv_blocked": mixed}
 
     monkeypatch.setattr(baseline, "_run_inprocess", run_inprocess)
     return ctx, calls
 
 
 def test_the_run_with_fla_leaves_the_torch_fallback_its_need(tmp_path, monkeypatch):
-    ctx, calls = _fla_fails_then(tmp_path, monkeypatch, left=100.0)
-    baseline.inprocess_step(ctx)
+    ctx, calls = _kernels_fail_then(tmp_path, monkeypatch, left=100.0)
+    found = baseline.inprocess_step(ctx)
     need = budgets.need_of("cpu", "inprocess_torch")
-    (first_block, first_seconds), (second_block, _) = calls
+    (first_block, first_seconds, _), (second_block, _, _) = calls
     assert not first_block and second_block
     assert first_seconds <= 100.0 - need
+    assert "measured on torch's implementations" in found.summary
+
+
+def test_a_conv_failure_falls_back_to_the_mixed_path_with_fla_kept(tmp_path, monkeypatch):
+    ctx, calls = _kernels_fail_then(tmp_path, monkeypatch, left=200.0, conv_bound=True, mixed_fails=False)
+    found = baseline.inprocess_step(ctx)
+    assert [(block, extra) for block, _, extra in calls] == [(False, ()), (False, ("--block-conv",))]
+    assert calls[1][1] <= 200.0 - budgets.need_of("cpu", "inprocess_torch")  # the torch path's need kept back
+    assert "with the kernels it failed (the conv's forward failed)" in found.summary
+    assert "measured on the mixed path (fla kept, torch's conv)" in found.summary and found.data["conv_blocked"]
+
+
+def test_a_mixed_path_that_fails_too_falls_back_to_torch_and_both_failures_are_reported(tmp_path, monkeypatch):
+    ctx, calls = _kernels_fail_then(tmp_path, monkeypatch, left=200.0, conv_bound=True, mixed_fails=True)
+    found = baseline.inprocess_step(ctx)
+    assert [(block, extra) for block, _, extra in calls] == [(False, ()), (False, ("--block-conv",)), (True, ())]
+    assert "on the mixed path (fla kept, torch's conv) it failed (fla's forward failed)" in found.summary
+    assert "measured on torch's implementations" in found.summary
+    assert (ctx.out / "inprocess-mixed-failed.json").is_file() and (ctx.out / "inprocess-with-kernels-failed.json").is_file()
 
 
 def test_a_torch_fallback_with_less_than_its_need_left_is_not_started_and_says_why(tmp_path, monkeypatch):
     need = budgets.need_of("cpu", "inprocess_torch")
-    ctx, calls = _fla_fails_then(tmp_path, monkeypatch, left=need / 2)
-    with pytest.raises(RuntimeError, match="below the .* s the measurement with torch's implementations needs"):
+    ctx, calls = _kernels_fail_then(tmp_path, monkeypatch, left=need / 2)
+    with pytest.raises(RuntimeError, match="below the .* s the measurement on torch's implementations needs"):
         baseline.inprocess_step(ctx)
-    assert [block for block, _ in calls] == [False]
+    assert [block for block, _, _ in calls] == [False]
 
 
 def test_a_single_attempt_has_the_whole_allowance(tmp_path):

@@ -4,8 +4,11 @@ FakeCapture keeps the contract of a CUDA graph that matters here: the recorded f
 and replay() writes into the same output tensors. What only a card can show (bit-identity of real replays, the
 time saved) is the GPU check's.
 """
+import contextlib
 import importlib.util
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,7 +18,8 @@ from intern_decision_model.checkpoint import StartupRefused
 from intern_decision_model.engine import WARMUP_REQUEST, scored_part
 from intern_decision_model.graph_start import GATE_QUESTIONS, WarmUp, compare, start_graphs
 from intern_decision_model.settings import DEFAULT_GRAPH_BUCKETS, Settings
-from intern_decision_model.graphs import BUCKETED, EXACT, MAX_POSITIONS, GraphRunner, Shape
+from intern_decision_model.graphs import (BUCKETED, BUDGET, DIFFERS, EXACT, MAX_POSITIONS, OUT_OF_MEMORY, GraphRunner,
+                                          Shape)
 
 from ..tools import REPO_ROOT
 
@@ -50,13 +54,15 @@ class FakeRecorded:
 
 
 class FakeCapture:
-    """Records by running once; each record holds `grows` bytes more; `fails` raises instead."""
+    """Records by running once; each record holds `grows` bytes more; `fails` raises instead (at every record, or at
+    the records numbered in `fails_at`, from 1)."""
 
-    def __init__(self, grows=0, fails=None):
-        self.grows, self.fails, self.reserved, self.recorded = grows, fails, 0, 0
+    def __init__(self, grows=0, fails=None, fails_at=None):
+        self.grows, self.fails, self.fails_at, self.reserved, self.recorded, self.tried = grows, fails, fails_at, 0, 0, 0
 
     def record(self, run):
-        if self.fails is not None:
+        self.tried += 1
+        if self.fails is not None and (self.fails_at is None or self.tried in self.fails_at):
             raise self.fails
         self.reserved += self.grows
         self.recorded += 1
@@ -86,79 +92,154 @@ def request_with(questions: int, words: int = 1) -> dict:
             "questions": {f"{names[i % 3]}{i}": GATE_QUESTIONS[names[i % 3]] for i in range(questions)}}
 
 
+def shapes_of(engine, runner, requests):
+    """The shapes these requests' forwards have, read by running them eager under a runner with no graph yet."""
+    runner.uncovered.clear()
+    for request in requests:
+        engine.predict(request)
+    return list(runner.uncovered)
+
+
 def test_exact_graphs_answer_bit_for_bit_as_eager(engine, runner_for):
-    eager = [engine.predict(request_with(n)) for n in (1, 3, 16)]
+    requests = [request_with(n) for n in (1, 3, 16)]
+    eager = [engine.predict(request) for request in requests]
     runner = runner_for(EXACT)
+    runner.prepare(shapes_of(engine, runner, requests))
     for _ in range(3):
-        graphed = [engine.predict(request_with(n)) for n in (1, 3, 16)]
+        graphed = [engine.predict(request) for request in requests]
         assert [scored_part(answer) for answer in graphed] == [scored_part(answer) for answer in eager]
-    assert runner.calls == {"eager": 3, "captured": 3, "replayed": 6}  # seen once, captured when seen again
+    assert runner.calls == Counter(eager=3, captured=3, replayed=9)
 
 
-def test_the_runner_is_keyed_by_length_and_positions_and_captures_on_the_second_sighting(engine, runner_for):
-    runner = runner_for(EXACT)
-    engine.predict(request_with(2))
-    engine.predict(request_with(2, words=5))
-    assert runner.graphs == {} and len(runner.sightings) == 2
-    engine.predict(request_with(2, words=5))
-    (shape,) = runner.graphs
-    assert shape.positions == 2 and shape == max(runner.sightings)
-    engine.predict(request_with(3, words=5))  # another count of positions is another shape
-    assert len(runner.graphs) == 1 and len(runner.sightings) == 3
+def test_a_shape_without_a_graph_runs_eager_and_is_never_captured_on_the_serving_path(engine, runner_for):
+    capture = FakeCapture()
+    runner = runner_for(EXACT, capture=capture)
+    for _ in range(3):
+        engine.predict(request_with(2))
+        engine.predict(request_with(2, words=5))
+        engine.predict(request_with(3, words=5))  # another count of positions is another shape
+    assert runner.graphs == {} and capture.tried == 0
+    assert sorted(runner.uncovered.values()) == [3, 3, 3] and len({shape.positions for shape in runner.uncovered}) == 2
+    assert runner.calls == Counter(eager=9)
 
 
 def test_start_up_shapes_are_captured_at_once_and_replay_from_the_first_call(engine, runner_for):
     eager = engine.predict(WARMUP_REQUEST)
     runner = runner_for(EXACT)
-    runner.calls.clear()
-    engine.predict(WARMUP_REQUEST)
-    shape = next(iter(runner.sightings))
+    (shape,) = shapes_of(engine, runner, [WARMUP_REQUEST])
     runner.uninstall()
     runner = runner_for(EXACT)
     runner.prepare([shape, Shape(40, 2)])
     assert scored_part(engine.predict(WARMUP_REQUEST)) == scored_part(eager)
-    assert runner.calls == {"captured": 2, "replayed": 1}
+    assert runner.calls == Counter(captured=2, replayed=1)
 
 
-def test_captures_stop_at_the_budget(engine, runner_for):
+def test_shapes_are_captured_largest_first(engine, runner_for, monkeypatch):
+    order = []
+    proving = GraphRunner._replay_against_eager
+    monkeypatch.setattr(GraphRunner, "_replay_against_eager", lambda self, graph: order.append(graph.shape)
+                        or proving(self, graph))
+    runner_for(EXACT).prepare([Shape(12, 1), Shape(40, 2), Shape(40, 1), Shape(9, 3)])
+    assert order == [Shape(40, 2), Shape(40, 1), Shape(12, 1), Shape(9, 3)]
+
+
+def test_captures_stop_at_the_budget_and_each_shape_over_it_is_refused(engine, runner_for):
     runner = runner_for(EXACT, capture=FakeCapture(grows=300 * MIB), budget=512 * MIB)
-    for questions in (1, 2, 3):
-        for _ in range(2):
-            engine.predict(request_with(questions))
-    assert len(runner.graphs) == 2 and runner.memory_bytes == 600 * MIB  # the budget is reached by the second
-    assert runner.calls["eager"] == 4
-
-
-def test_runtime_captures_grow_the_guards_baseline(engine, runner_for):
-    grown = []
-    runner_for(EXACT, capture=FakeCapture(grows=7 * MIB), on_growth=grown.append)
-    engine.predict(request_with(1))
-    engine.predict(request_with(1))
-    assert grown == [7 * MIB]
+    runner.prepare([Shape(30, 1), Shape(20, 1), Shape(10, 1)])
+    assert sorted(runner.graphs) == [Shape(20, 1), Shape(30, 1)] and runner.memory_bytes == 600 * MIB
+    assert runner.refused == {Shape(10, 1): BUDGET}
 
 
 def test_a_failed_capture_turns_every_graph_off_and_the_call_runs_eager(engine, runner_for):
     eager = engine.predict(request_with(2))
     runner = runner_for(EXACT, capture=FakeCapture(fails=RuntimeError("operation not permitted when capturing")))
+    runner.prepare([Shape(40, 2), Shape(12, 1)])
     for _ in range(3):
         assert scored_part(engine.predict(request_with(2))) == scored_part(eager)
-    assert not runner.on and "capturing" in runner.off_reason and "not permitted" in runner.off_reason
+    assert not runner.on and "capturing 40x2" in runner.off_reason and "not permitted" in runner.off_reason
     assert "forward" not in engine.backend.model.__dict__  # uninstalled: predict() calls the model's own forward
 
 
-def test_a_capture_out_of_memory_leaves_that_shape_eager_and_the_others_graphed(engine, runner_for):
-    capture = FakeCapture()
+def test_a_capture_out_of_memory_refuses_that_shape_alone(engine, runner_for):
+    requests = [request_with(1), request_with(2, words=9)]
+    eager = [engine.predict(request) for request in requests]
+    capture = FakeCapture(fails=torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                          fails_at={1})  # the first capture: the largest shape
     runner = runner_for(EXACT, capture=capture)
-    for _ in range(2):
-        engine.predict(request_with(1))
-    capture.fails = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    small, large = sorted(shapes_of(engine, runner, requests))
+    runner.prepare([small, large])
+    assert runner.on and runner.refused == {large: OUT_OF_MEMORY} and list(runner.graphs) == [small]
+    runner.calls.clear()
+    assert [scored_part(engine.predict(request)) for request in requests] == [scored_part(e) for e in eager]
+    assert runner.calls == Counter(replayed=1, eager=1)
+
+
+class SkewedCapture(FakeCapture):
+    """Replays logits off: what a graph that does not replay eager's kernels could give."""
+
+    def record(self, run):
+        recorded = super().record(run)
+        replay = recorded.replay
+
+        def skewed():
+            replay()
+            recorded.output.logits[..., ::2] += 3.0
+
+        recorded.replay = skewed
+        return recorded
+
+
+class StaleCapture(FakeCapture):
+    """Replays nothing: the output keeps what the recording computed, whatever the inputs."""
+
+    def record(self, run):
+        recorded = super().record(run)
+        recorded.replay = lambda: None
+        return recorded
+
+
+@pytest.mark.parametrize("capture", [SkewedCapture, StaleCapture])
+def test_a_graph_whose_replay_differs_from_eager_is_never_served(engine, runner_for, capture):
     eager = engine.predict(request_with(2))
+    runner = runner_for(EXACT, capture=capture())
+    (shape,) = shapes_of(engine, runner, [request_with(2)])
+    runner.prepare([shape, Shape(12, 1)])
+    assert runner.on and runner.refused == {shape: DIFFERS, Shape(12, 1): DIFFERS} and runner.graphs == {}
+    runner.calls.clear()
     for _ in range(3):
         assert scored_part(engine.predict(request_with(2))) == scored_part(eager)
-    assert runner.on and len(runner.refused) == 1 and len(runner.graphs) == 1
-    assert runner.calls["eager"] == 1 + 4 and runner.sightings[next(iter(runner.refused))] == 2  # tried once
+    assert runner.calls == Counter(eager=3)
+
+
+def test_a_replay_that_fails_while_serving_turns_the_graphs_off_and_the_call_is_answered_eager(engine, runner_for):
+    eager = engine.predict(request_with(2))
+    runner = runner_for(EXACT)
+    runner.prepare(shapes_of(engine, runner, [request_with(2)]))
+    (graph,) = runner.graphs.values()
+
+    def broken():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    graph._recorded.replay = broken
+    assert scored_part(engine.predict(request_with(2))) == scored_part(eager)
+    assert not runner.on and runner.off_reason.startswith("replaying ") and "illegal memory" in runner.off_reason
+    assert "forward" not in engine.backend.model.__dict__
+
+
+def test_the_facts_say_live_what_the_graphs_do(engine, runner_for):
+    capture = FakeCapture(grows=5 * MIB, fails=torch.cuda.OutOfMemoryError("CUDA out of memory"), fails_at={1})
+    runner = runner_for(EXACT, capture=capture)
+    (shape,) = shapes_of(engine, runner, [request_with(1)])
+    runner.prepare([Shape(shape.length + 50, 1), shape])
     engine.predict(request_with(1))
-    assert runner.calls["replayed"] == 2
+    engine.predict(request_with(3))
+    facts = runner.facts()
+    assert (facts.mode, facts.reason, facts.captured) == ("exact", "", (shape,))
+    assert facts.refused == {Shape(shape.length + 50, 1): OUT_OF_MEMORY} and facts.memory_bytes == 5 * MIB
+    assert (facts.replayed, facts.eager) == (1, 2)  # the shapes' first look, then one replayed and one uncaptured
+    assert facts.refused_by_kind() == {OUT_OF_MEMORY: 1, BUDGET: 0, DIFFERS: 0}
+    runner.turn_off("the engine closed")
+    assert (runner.facts().mode, runner.facts().reason, runner.facts().captured) == ("off", "the engine closed", ())
 
 
 def test_calls_the_graphs_do_not_cover_run_eager(engine, runner_for):
@@ -180,9 +261,9 @@ def test_calls_the_graphs_do_not_cover_run_eager(engine, runner_for):
         for _ in range(2):
             for kwargs in uncovered:
                 model(**kwargs)
-    assert runner.graphs == {} and runner.sightings == {} and runner.calls == {"eager": 12}
+    assert runner.graphs == {} and runner.uncovered == {} and runner.calls == Counter(eager=12)
     model(input_ids=ids, use_cache=False, logits_to_keep=positions)  # with autograd on: eager too
-    assert runner.calls == {"eager": 13}
+    assert runner.calls == Counter(eager=13)
 
 
 def test_a_forward_under_no_grad_replays_as_under_inference_mode(engine, runner_for):
@@ -198,7 +279,7 @@ def test_a_forward_under_no_grad_replays_as_under_inference_mode(engine, runner_
         first = model(**kwargs).logits
     with torch.inference_mode():
         second = model(**kwargs).logits
-    assert runner.calls == {"captured": 1, "replayed": 2}
+    assert runner.calls == Counter(captured=1, replayed=2)
     assert torch.equal(first, eager) and torch.equal(second, eager)
 
 
@@ -207,7 +288,7 @@ def test_paused_runs_eager(engine, runner_for):
     runner.prepare([Shape(10, 1)])
     with runner.paused():
         engine.predict(request_with(1))
-    assert runner.calls == {"captured": 1, "eager": 1}
+    assert runner.calls == Counter(captured=1, eager=1)
 
 
 def spy_on_attention(monkeypatch):
@@ -241,10 +322,18 @@ def test_capture_records_eagers_causal_attention_not_an_explicit_mask(engine, ru
     with torch.inference_mode():
         naive = model(input_ids=ids, attention_mask=None, use_cache=False, logits_to_keep=positions)
     assert seen and all(given is False for given, _ in seen)  # a naive capture records an explicit mask
-    seen.clear()
-    runner = runner_for(EXACT)
+    recorded = []
+
+    class WatchedCapture(FakeCapture):
+        def record(self, run):
+            seen.clear()
+            made = super().record(run)
+            recorded.extend(seen)
+            return made
+
+    runner = runner_for(EXACT, capture=WatchedCapture())
     runner.prepare([Shape(ids.shape[1], 1)])
-    assert seen and set(seen) == {(True, True)}
+    assert recorded and set(recorded) == {(True, True)}
     assert naive.logits.shape == eager.logits.shape
     with torch.inference_mode():
         replayed = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False, logits_to_keep=positions)
@@ -279,7 +368,7 @@ def test_bucketed_graphs_answer_within_the_gate_with_the_same_labels(engine, run
     runner = runner_for(BUCKETED, buckets=(256, 1024, 4096))
     runner.prepare([Shape(bucket, MAX_POSITIONS) for bucket in runner.buckets])
     graphed = [engine.predict(request) for request in requests]
-    assert runner.calls == {"captured": 3, "replayed": 3}
+    assert runner.calls == Counter(captured=3, replayed=3)
     for before, after in zip(eager, graphed):
         worst, differing = compare(before, after)
         assert worst < 1e-5 and differing == []
@@ -290,7 +379,7 @@ def test_bucketed_inputs_longer_than_every_bucket_run_eager(engine, runner_for):
     runner = runner_for(BUCKETED, buckets=(32,))
     engine.predict(request_with(3, words=50))
     engine.predict(request_with(3, words=50))
-    assert runner.calls == {"eager": 2} and runner.graphs == {}
+    assert runner.calls == Counter(eager=2) and runner.graphs == {}
 
 
 @pytest.mark.parametrize("text", ["", "12", "x3", "12x0", f"12x{MAX_POSITIONS + 1}", "0x1", "12x3x4"])
@@ -308,27 +397,11 @@ def test_buckets_needed_stop_at_the_first_that_holds_max_tokens():
     assert graphs.buckets_needed((256, 512), 8192) == [256, 512]
 
 
-class SkewedCapture(FakeCapture):
-    """Replays logits off: what a graph that does not replay eager's kernels could give."""
-
-    def record(self, run):
-        recorded = super().record(run)
-        replay = recorded.replay
-
-        def skewed():
-            replay()
-            recorded.output.logits[..., ::2] += 3.0
-
-        recorded.replay = skewed
-        return recorded
-
-
-def start(engine, mode, capture, **env):
+def start(engine, mode, capture, scored=scored_part, **env):
     values = {"INTERN_DECISION_CUDA_GRAPHS": mode, **{f"INTERN_DECISION_{k.upper()}": v for k, v in env.items()}}
     settings = Settings.from_env(values)
     warm_up = WarmUp(WARMUP_REQUEST, engine.predict(WARMUP_REQUEST))
-    state = start_graphs(torch, engine, settings, "cuda:0", warm_up, scored_part, lambda grown: None,
-                         capture_for=lambda torch_, device: capture)
+    state = start_graphs(torch, engine, settings, "cuda:0", warm_up, scored, capture_for=lambda torch_, device: capture)
     return state
 
 
@@ -376,39 +449,169 @@ def test_a_failed_capture_at_start_up_is_the_reason_auto_serves_eager(engine, st
     assert state.mode == "off" and state.reason.startswith("capturing ") and "not permitted" in state.reason
 
 
+def test_exact_start_up_captures_every_shape_largest_first_before_serving(engine, started, monkeypatch):
+    order = []
+    proving = GraphRunner._replay_against_eager
+    monkeypatch.setattr(GraphRunner, "_replay_against_eager", lambda self, graph: order.append(graph.shape)
+                        or proving(self, graph))
+    capture = FakeCapture()
+    state = start(engine, "auto", capture, graph_shapes="30x2,500x3,12x1")
+    started.append(state)
+    warm_up_shape = next(shape for shape in state.runner.graphs if shape not in (Shape(30, 2), Shape(500, 3),
+                                                                                 Shape(12, 1)))
+    assert order == sorted([Shape(30, 2), Shape(500, 3), Shape(12, 1), warm_up_shape], reverse=True)
+    assert capture.recorded == 4 and state.runner.refused == {}
+    tried = capture.tried
+    engine.predict(request_with(7, words=3))  # a shape never configured: eager, and no capture on the serving path
+    engine.predict(request_with(7, words=3))
+    assert capture.tried == tried and state.runner.facts().eager == 1 + 2
+
+
+def test_a_replay_that_fails_in_the_start_up_check_serves_eager_under_auto(engine, started):
+    class FailsAfterTheProof(FakeCapture):
+        def record(self, run):
+            recorded = super().record(run)
+            replay, replays = recorded.replay, []
+
+            def once():
+                replays.append(1)
+                if len(replays) > 1:
+                    raise RuntimeError("CUDA error: unspecified launch failure")
+                replay()
+
+            recorded.replay = once
+            return recorded
+
+    state = start(engine, "auto", FailsAfterTheProof())
+    started.append(state)
+    assert (state.mode, state.runner) == ("off", None) and state.reason.startswith("replaying ")
+    assert "launch failure" in state.reason and "forward" not in engine.backend.model.__dict__
+
+
+def test_an_error_in_the_start_up_check_is_a_reason_to_serve_eager_never_a_failed_load(engine, started):
+    def scored(result):
+        raise KeyError("answers")
+
+    state = start(engine, "auto", FakeCapture(), scored=scored)
+    started.append(state)
+    assert (state.mode, state.runner) == ("off", None)
+    assert state.reason == "the start-up check of the graphs failed: KeyError: 'answers'"
+    assert state.facts().mode == "off" and state.facts().reason == state.reason
+    assert "forward" not in engine.backend.model.__dict__
+    with pytest.raises(StartupRefused, match="start-up check of the graphs failed.*CUDA_GRAPHS=exact"):
+        start(engine, "exact", FakeCapture(), scored=scored)
+
+
 def test_graphs_on_the_cpu_are_off_unless_asked_for(engine):
     settings = Settings.from_env({})
     warm_up = WarmUp(WARMUP_REQUEST, engine.predict(WARMUP_REQUEST))
-    state = start_graphs(torch, engine, settings, "cpu", warm_up, scored_part, lambda grown: None)
+    state = start_graphs(torch, engine, settings, "cpu", warm_up, scored_part)
     assert (state.mode, state.reason, state.runner) == ("off", "", None)
     with pytest.raises(StartupRefused, match="CUDA_GRAPHS=exact needs a CUDA device"):
         start_graphs(torch, engine, Settings.from_env({"INTERN_DECISION_CUDA_GRAPHS": "exact"}), "cpu", warm_up,
-                     scored_part, lambda grown: None)
+                     scored_part)
 
 
-def test_the_gpu_checks_graph_rounds_measure_each_mode_against_eager(engine):
+def test_the_gpu_checks_graph_rounds_measure_each_mode_against_eager_alternated(engine):
     from gpucheck.graph_rounds import measure_graphs
 
-    saved = []
+    saved, timed = [], []
+
+    def time_round(calls):
+        runner = engine.backend.model.__dict__.get("forward")
+        timed.append("eager" if runner is None or runner._paused else runner.mode)
+        for request in calls:
+            engine.predict(request)
+        return 1.0
+
     shapes = {"one": [request_with(1)], "two calls": [request_with(3), request_with(16, words=4)]}
-    measured = measure_graphs(torch, engine, shapes, lambda calls, seconds: {"predict": {"p50": 1.0}, "calls": calls},
-                              3.0, FakeCapture, saved.append)
+    measured = measure_graphs(torch, engine, shapes, time_round, 3, 60.0, FakeCapture, saved.append)
     assert saved and set(measured["shapes"]) == set(shapes)
     for name, modes in measured["shapes"].items():
-        assert set(modes) == {"eager", "exact", "bucketed"}
+        assert set(modes) == {"exact", "bucketed"}
         assert modes["exact"]["bit_identical"] and modes["exact"]["max_abs_dp"] == 0.0
         assert modes["bucketed"]["max_abs_dp"] < 1e-5 and modes["bucketed"]["labels_differing"] == []
+        for mode in ("exact", "bucketed"):
+            assert modes[mode]["predict"]["count"] == modes[mode]["eager"]["count"] == 3
+    # round by round, the order flipping each round: the graphs' rounds and eager's in the same conditions
+    assert timed[:6] == ["exact", "eager", "eager", "exact", "exact", "eager"]
     assert len(measured["exact"]["graphs"]) == 3 and measured["exact"]["off_reason"] == ""
+    assert measured["exact"]["refused"] == {} and measured["exact"]["calls"]["replayed"] > 0
     lengths = [engine.predict(request)["usage"]["input_tokens"] for calls in shapes.values() for request in calls]
     buckets = sorted({graphs.bucket_for(length, DEFAULT_GRAPH_BUCKETS) for length in lengths})
     assert measured["bucketed"]["graphs"] == [f"{bucket}x{MAX_POSITIONS}" for bucket in buckets]
     assert "forward" not in engine.backend.model.__dict__
 
 
-def test_the_gpu_checks_graph_rounds_report_a_replay_that_differs(engine):
+def test_the_gpu_checks_graph_rounds_report_a_graph_that_differs_as_refused_and_served_eager(engine):
     from gpucheck.graph_rounds import measure_graphs
 
-    measured = measure_graphs(torch, engine, {"one": [request_with(2)]}, lambda calls, seconds: {}, 1.0,
+    measured = measure_graphs(torch, engine, {"one": [request_with(2)]}, lambda calls: 1.0, 1, 1.0,
                               SkewedCapture, lambda result: None)
     exact = measured["shapes"]["one"]["exact"]
-    assert not exact["bit_identical"] and exact["max_abs_dp"] > 0.01
+    assert exact["bit_identical"] and exact["max_abs_dp"] == 0.0  # never served from the graph that differs
+    assert measured["exact"]["graphs"] == [] and set(measured["exact"]["refused"].values()) == {DIFFERS}
+
+
+class RecordingCuda:
+    """torch.cuda's capture surface, recording what the capture asks of it."""
+
+    def __init__(self):
+        self.events, self.streams, self.reserved, self.cached = [], [], 0, 0
+        cuda = self
+
+        class Stream:
+            def __init__(self, device):
+                cuda.streams.append(self)
+
+            def wait_stream(self, other):
+                pass
+
+        class CUDAGraph:
+            pass
+
+        self.Stream, self.CUDAGraph = Stream, CUDAGraph
+        self.default = Stream("cuda:0")
+        self.streams.clear()
+
+    def graph_pool_handle(self):
+        return "pool"
+
+    def current_stream(self, device):
+        return self.default
+
+    @contextlib.contextmanager
+    def stream(self, stream):
+        self.events.append(("warm-up stream", stream))
+        yield
+
+    @contextlib.contextmanager
+    def graph(self, graph, pool, stream, capture_error_mode):
+        self.events.append(("capture", pool, stream, capture_error_mode))
+        self.cached = 0  # capture empties the allocator's cache, as torch.cuda.graph does
+        yield
+        self.reserved += 64 * MIB
+
+    def synchronize(self, device):
+        self.events.append("synchronize")
+
+    def empty_cache(self):
+        self.cached = 0
+
+    def memory_reserved(self, device):
+        return self.reserved + self.cached
+
+
+def test_the_cuda_capture_reuses_one_stream_captures_thread_local_and_measures_without_the_cache():
+    cuda = RecordingCuda()
+    capture = graphs.CudaCapture(SimpleNamespace(cuda=cuda), "cuda:0")
+    runs = []
+    for _ in range(3):
+        cuda.cached = 500 * MIB  # blocks a warm-up left cached: not the graph's
+        before = capture.reserved_bytes()
+        capture.record(lambda: runs.append(1))
+        assert capture.reserved_bytes() - before == 64 * MIB
+    (stream,) = cuda.streams
+    assert [event for event in cuda.events if isinstance(event, tuple)] == \
+        [("warm-up stream", stream), ("capture", "pool", stream, "thread_local")] * 3
+    assert len(runs) == 3 * (graphs.CudaCapture.WARMUPS + 1)

@@ -115,3 +115,36 @@ def test_a_failing_update_does_not_stop_the_metrics(pb):
     metrics.close()
     assert pb.find("intern_decision_calls_total", outcome="ok").value == 2
     assert pb.find("intern_decision_gpu_memory_bytes", kind="reserved").value == 1
+
+
+def test_the_graphs_facts_are_published_live_after_start_up(pb):
+    from intern_decision_model.graphs import BUDGET, DIFFERS, OUT_OF_MEMORY, GraphFacts, Shape
+
+    graphs = [GraphFacts("exact", "", (Shape(289, 3), Shape(798, 16)), {Shape(3900, 16): OUT_OF_MEMORY},
+                         96 << 20, 0, 1)]
+    metrics = ModelMetrics(pb, "intern_decision", FACTS, lambda: (0, 0, 0), read_graphs=lambda: graphs[0])
+    assert pb.find("intern_decision_cuda_graphs", mode="exact", reason="").value == 1
+    assert pb.find("intern_decision_graph_shapes", state="captured").value == 2
+    assert pb.find("intern_decision_graph_shapes", state="refused_out_of_memory").value == 1
+    assert pb.find("intern_decision_graph_memory_bytes").value == 96 << 20
+    assert pb.find("intern_decision_graph_calls_total", path="eager").value == 1
+    graphs[0] = GraphFacts("exact", "", (Shape(289, 3), Shape(798, 16)), {Shape(3900, 16): OUT_OF_MEMORY},
+                           96 << 20, 5, 3)
+    metrics.record([CallRecord("ok", 0.02, 289)])
+    graphs[0] = GraphFacts("off", "replaying 289x3 failed: RuntimeError: x", (),
+                           {Shape(3900, 16): OUT_OF_MEMORY, Shape(364, 5): DIFFERS, Shape(8192, 16): BUDGET},
+                           96 << 20, 6, 4)
+    metrics.record([CallRecord("ok", 0.02, 289)])
+    metrics.close()
+    assert pb.find("intern_decision_graph_calls_total", path="replayed").value == 6
+    assert pb.find("intern_decision_graph_calls_total", path="eager").value == 4
+    assert pb.find("intern_decision_cuda_graphs", mode="exact").value == 0  # the series of a mode no longer served
+    assert pb.find("intern_decision_cuda_graphs", mode="off", reason="replaying 289x3 failed: RuntimeError: x").value == 1
+    assert [pb.find("intern_decision_graph_shapes", state=state).value
+            for state in ("captured", "refused_out_of_memory", "refused_budget", "refused_differs")] == [0, 1, 1, 1]
+
+
+def test_without_graphs_the_series_say_off(pb):
+    ModelMetrics(pb, "intern_decision", FACTS, lambda: (0, 0, 0)).close()
+    assert pb.find("intern_decision_cuda_graphs", mode="off", reason="").value == 1
+    assert pb.find("intern_decision_graph_shapes", state="captured").value == 0

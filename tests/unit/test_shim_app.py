@@ -16,7 +16,7 @@ from shim.errors import MODEL_NOT_READY, OUT_OF_MEMORY_WORDS, Failure, ModelFail
 from shim.health import CHUNKING
 from shim.metrics import ShimMetrics
 
-from .fake_model import CALIBRATION, FACTS, FakeModel
+from .fake_model import CALIBRATION, FACTS, GRAPHS, FakeModel
 from .shim_helpers import AUTH, TOKEN, client_for, decide_body, make_settings, options, shared_body
 
 pytestmark = pytest.mark.anyio
@@ -55,9 +55,24 @@ async def test_health_needs_no_auth_and_reports_the_model_and_limits(client):
     assert response.status_code == 200
     assert response.json() == {
         "status": "ok",
-        "model": {key: FACTS[key] for key in FACTS if key not in ("vram_cap_gib", "max_tokens")},
+        "model": {key: FACTS[key] for key in FACTS if key not in ("vram_cap_gib", "max_tokens")}, "graphs": GRAPHS,
         "vram_cap_gib": 35.0, "max_tokens": 8192, "max_decisions": 64, "max_questions_per_call": 16,
         "chunking": CHUNKING, "workloads": []}
+
+
+async def test_health_says_what_the_graphs_do_now_not_what_start_up_chose(client, model):
+    from shim.port.graph_series import LiveGraphs
+
+    model.live_graphs = LiveGraphs("off", "replaying 289x3 failed: RuntimeError: x", 0,
+                                   {"out_of_memory": 1, "budget": 0, "differs": 0}, 0, 40, 9)
+    body = (await client.get("/health")).json()
+    assert body["model"]["cuda_graphs"] == "exact"  # start-up's choice, from the info gauge
+    assert body["graphs"] == {"mode": "off", "reason": "replaying 289x3 failed: RuntimeError: x",
+                              "shapes_captured": 0, "shapes_refused": {"out_of_memory": 1, "budget": 0, "differs": 0},
+                              "memory_bytes": 0, "calls_replayed": 40, "calls_eager": 9}
+    model.live_graphs = None  # a model that publishes no graph series is still usable
+    response = await client.get("/health")
+    assert response.status_code == 200 and response.json()["graphs"] is None
 
 
 async def test_health_is_503_in_the_envelope_when_the_model_is_not_ready(client, model):
