@@ -5,7 +5,7 @@ from intern_decision_model.graphs import BUDGET, DIFFERS, OUT_OF_MEMORY, GraphFa
 from intern_decision_model.metrics import CallRecord, ModelMetrics
 from shim.port.graph_series import LiveGraphs, graphs_from_metrics
 
-from .test_model_metrics import FACTS, FakePbUtils
+from .fake_pb_utils import FACTS, FakePbUtils
 
 # As Triton writes them: the mode no longer served stays, at 0; another model's series beside ours.
 METRICS = """# HELP intern_decision_cuda_graphs 1 for how the forward runs now (mode) and why graphs are off (reason)
