@@ -3,6 +3,7 @@ JSON text) on the body worker, the Triton request is built on a thread of its ow
 may parse charges a value by the bytes it serializes to."""
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -10,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from shim.json_body import _Worker
+from shim.queue_place import Place, holding
 from shim.systemone import mcp_body, request as systemone_request
 
 from .fake_model import FakeModel
@@ -95,3 +98,23 @@ def test_the_state_travels_once_when_the_calls_share_it_and_inline_otherwise():
     for calls in ([shared[0]], [shared[0], {"state": other, "questions": {}}]):
         body, _ = triton.request_body(calls, "r")
         assert b'"STATE"' not in body and all(strict_json.dumps(call) in body for call in calls)
+
+
+async def test_the_body_worker_takes_callers_in_turn():
+    """One caller's four large bodies queued, then another's: the other's is parsed second, not fifth."""
+    worker, parsed = _Worker(), []
+
+    def parse(name: str) -> str:
+        time.sleep(0.01)
+        parsed.append(name)
+        return name
+
+    async def job(caller: str, name: str) -> str:
+        with holding(Place(caller)):
+            return await worker.run(parse, name)
+
+    jobs = [asyncio.create_task(job("heavy", f"heavy{n}")) for n in range(4)]
+    await asyncio.sleep(0)
+    jobs.append(asyncio.create_task(job("light", "light")))
+    await asyncio.gather(*jobs)
+    assert parsed == ["heavy0", "light", "heavy1", "heavy2", "heavy3"]
