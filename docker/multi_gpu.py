@@ -271,7 +271,6 @@ def _shim(gpu: int, next_token: bool, grace_seconds: int) -> dict:
                         # every connection comes from HAProxy: the per-source bounds are its own, and the
                         # client it names in X-Forwarded-For is the caller whose turn it is
                         "INTERN_DECISION_MAX_CONNECTIONS_PER_PEER": "0",
-                        "INTERN_DECISION_MAX_QUEUE_PER_PEER": "0",
                         "INTERN_DECISION_BALANCER_ADDRESSES": BALANCER_ADDRESS},
         "secrets": ["api_token", "triton_api_key"],
         # The replica's namespace, Triton's too, as in a pod: the shim talks to its own Triton on 127.0.0.1 only,

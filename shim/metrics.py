@@ -45,7 +45,8 @@ class ShimMetrics:
         self._triton_errors = {kind: triton_errors.labels(kind) for kind in TRITON_ERROR_KINDS}
         self._routes: frozenset[str] = frozenset()
         self._seconds_by_route = {OTHER_ROUTE: self._seconds.labels(OTHER_ROUTE)}
-        self._requests_by_label: dict[tuple[str, int], Counter] = {}
+        self._requests_by_label: dict[tuple, Counter] = {}
+        self._by_caller_label: dict[tuple, Counter] = {}
 
     def watch_connections(self, roster, limit: int | None) -> None:
         """Read from the server's roster at each scrape, so that an alert can say when the pool nears full."""
@@ -68,11 +69,8 @@ class ShimMetrics:
         return path if path in self._routes else OTHER_ROUTE
 
     def answered(self, route: str, status: int, seconds: float, caller: str = UNNAMED) -> None:
-        counter = self._requests_by_label.get((route, status))
-        if counter is None:
-            counter = self._requests_by_label[(route, status)] = self._requests.labels(route, str(status))
-        counter.inc()
-        self._by_caller.labels(caller, str(status)).inc()  # callers are API_KEYS_FILE's names: a bounded set
+        _bound(self._requests_by_label, self._requests, route, status).inc()
+        _bound(self._by_caller_label, self._by_caller, caller, status).inc()  # callers: API_KEYS_FILE's names
         self._seconds_by_route[route].observe(seconds)
         if status == 429:
             self._busy.inc()
@@ -80,3 +78,11 @@ class ShimMetrics:
     def triton_error(self, failure: Failure) -> None:
         if failure.label is not None:
             self._triton_errors[failure.label].inc()
+
+
+def _bound(children: dict[tuple, Counter], counter: Counter, *labels: object) -> Counter:
+    """The counter's child for these labels, bound once: labels() takes a lock and builds a key on every call."""
+    child = children.get(labels)
+    if child is None:
+        child = children[labels] = counter.labels(*map(str, labels))
+    return child

@@ -133,7 +133,7 @@ def test_the_shim_is_ready_on_health_alive_on_its_port_and_drains_within_the_gra
     assert env["INTERN_DECISION_TRITON_URL"] == "127.0.0.1:8000"
     assert "INTERN_DECISION_API_TOKEN" not in env  # from the Secret's file only
     assert env["INTERN_DECISION_MAX_CONNECTIONS_PER_PEER"] == "0"  # every peer is an Envoy of the gateway
-    assert env["INTERN_DECISION_MAX_QUEUE_PER_PEER"] == "0"
+    assert "INTERN_DECISION_MAX_QUEUE_PER_PEER" not in env  # the contract's queue, the default
     drain = float(env["INTERN_DECISION_DRAIN_SECONDS"])
     assert pod["terminationGracePeriodSeconds"] > drain + LONGEST_CALL_SECONDS
     assert all("INTERN_DECISION_API_TOKEN_FILE" not in str(container.get("env")) for container in pod["initContainers"])
