@@ -14,8 +14,6 @@ import argparse
 import concurrent.futures
 import contextlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,20 +37,19 @@ def fleet(replicas: int, call_seconds: float, folder: Path) -> Iterator[str]:
     sys.path.insert(0, str(REPO_ROOT))
     from devstack.haproxy import HAProxyServer
     from devstack.process import free_ports
+    from tests.unit import fake_shim
 
     ports = free_ports(replicas)
-    env = {**os.environ, "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
+    env = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
            "INTERN_DECISION_PROBE_SECONDS": "3600", "INTERN_DECISION_METRICS_PORT": "0",
            "INTERN_DECISION_BALANCER_ADDRESSES": "127.0.0.1/32", "FAKE_CALL_SECONDS": str(call_seconds)}
-    shims = []
+    shims = {}
     haproxy = None
     try:
-        for port in ports:
-            with (folder / f"shim-{port}.log").open("wb") as log:
-                shims.append(subprocess.Popen([sys.executable, "-m", "tests.unit.fake_shim", "--port", str(port)],
-                                              cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env))
-        for port in ports:
-            wait_for(f"http://127.0.0.1:{port}/health")
+        for port in ports:  # all started before any is waited for: they start side by side
+            shims[port] = fake_shim.spawn(port, env, folder / f"shim-{port}.log")
+        for port, shim in shims.items():
+            fake_shim.wait_serving(shim, port, folder / f"shim-{port}.log")
         haproxy = HAProxyServer([(f"r{n}", f"127.0.0.1:{port}") for n, port in enumerate(ports)],
                                 folder / "haproxy", check_inter="500ms").start()
         haproxy.wait_ready(30)
@@ -61,19 +58,8 @@ def fleet(replicas: int, call_seconds: float, folder: Path) -> Iterator[str]:
     finally:
         if haproxy is not None:
             haproxy.stop()
-        for shim in shims:
-            shim.terminate()
-            shim.wait(30)
-
-
-def wait_for(url: str, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer 200 within {seconds} s")
+        for shim in shims.values():
+            fake_shim.stop(shim)
 
 
 def one_caller(url: str, in_flight: int, seconds: float) -> dict:

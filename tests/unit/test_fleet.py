@@ -10,6 +10,6 @@ from shim.settings import ShimSettings
 def test_a_lone_caller_filling_every_replicas_queue_is_never_refused(tmp_path):
     replicas = 2
     with fleet(replicas, call_seconds=0.02, folder=tmp_path) as url:
-        report = one_caller(url, ShimSettings.max_queue * replicas, seconds=3)
+        report = one_caller(url, ShimSettings.max_queue * replicas, seconds=1.5)
     assert report["errors"] == [] and report["refused"] == 0, report
     assert report["answered"] >= replicas * ShimSettings.max_queue, report

@@ -11,12 +11,9 @@ import gzip
 import itertools
 import json
 import math
-import os
 import random
 import selectors
 import socket
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -34,11 +31,11 @@ from shim.app import create_app
 from shim.playground.routes import PlaygroundPages
 from shim.settings import ShimSettings
 from tests.raw_http import pipelined, read_until_closed_or, status_lines
+from tests.unit import fake_shim
 from tests.unit.fake_model import FakeModel
 from shim.server import MAX_BODY_CHUNKS
 from tests.unit.shim_helpers import AUTH, TOKEN, decide_body, options, shared_body
 
-REPO = Path(__file__).resolve().parents[2]
 HEALTH_P99_SECONDS = 0.5
 HEALTH_SAMPLES = 100  # the victim's /health answers a cell's p99 is read over, at least
 METRICS_PER_SOURCE = metrics_server.MAX_PER_PEER
@@ -217,23 +214,8 @@ fake_shim.main()
 """
 
 
-@contextlib.contextmanager
-def shim_process(folder: Path, port: int, **env: str) -> Iterator[None]:
-    with (folder / "shim.log").open("wb") as log:
-        shim = subprocess.Popen([sys.executable, "-c", SHIM, str(port)], cwd=REPO, stdout=log,
-                                stderr=subprocess.STDOUT, env={**os.environ, **SHIM_ENV, **env})
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            assert shim.poll() is None and time.monotonic() < deadline, (folder / "shim.log").read_text()
-            time.sleep(0.1)
-        yield
-    finally:
-        shim.terminate()
-        shim.wait(30)
+def shim_process(folder: Path, port: int, **env: str) -> contextlib.AbstractContextManager:
+    return fake_shim.serving(port, {**SHIM_ENV, **env}, folder / "shim.log", program=("-c", SHIM))
 
 
 @pytest.fixture(scope="module", params=["shim", "balancer"])

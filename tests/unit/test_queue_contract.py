@@ -6,11 +6,8 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
-import os
 import selectors
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -21,9 +18,9 @@ import pytest
 from devstack.process import free_port
 from shim.settings import ShimSettings
 from tests.raw_http import read_response
+from tests.unit import fake_shim
 from tests.unit.shim_helpers import AUTH, TOKEN, decide_body
 
-REPO = Path(__file__).resolve().parents[2]
 MAX_QUEUE = ShimSettings.max_queue  # the default: 32
 CALL_SECONDS = 0.05
 
@@ -35,27 +32,14 @@ def port(tmp_path_factory) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def shim(tmp_path: Path, call_seconds: float) -> Iterator[int]:
+def shim(folder: Path, call_seconds: float) -> Iterator[int]:
     """The real server at its default bounds, each model call taking `call_seconds`; its port."""
     port = free_port()
-    env = {**os.environ, "INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
+    env = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "k" * 32,
            "INTERN_DECISION_PROBE_SECONDS": "3600", "INTERN_DECISION_METRICS_PORT": "0",
            "FAKE_CALL_SECONDS": str(call_seconds)}
-    with (tmp_path / "shim.log").open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "tests.unit.fake_shim", "--port", str(port)], cwd=REPO,
-                                   stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "shim.log").read_text()
-            time.sleep(0.1)
+    with fake_shim.serving(port, env, folder / "shim.log"):
         yield port
-    finally:
-        process.terminate()
-        process.wait(30)
 
 
 def body(number: int) -> bytes:

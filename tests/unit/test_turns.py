@@ -65,46 +65,33 @@ async def test_a_free_turn_is_taken_without_suspending():
     assert turns.locked() and not turns.free()
 
 
-async def test_a_wait_cancelled_before_its_turn_leaves_the_line():
-    turns = Turns()
-    await turns.acquire("a")
-    cancelled = asyncio.create_task(turns.acquire("b"))
-    later = asyncio.create_task(turns.acquire("c"))
-    await asyncio.sleep(0)
-    cancelled.cancel()
-    await asyncio.sleep(0)
+async def cancelled_woken_then_released(turns: Turns, waiting: asyncio.Task) -> None:
+    waiting.cancel()
+    await asyncio.sleep(0)  # it has run and left the line
     turns.release()
-    await later
-    assert cancelled.cancelled() and turns.waiting() == 0
+
+
+async def released_then_cancelled(turns: Turns, waiting: asyncio.Task) -> None:
+    turns.release()  # handed to it, which has not run yet
+    waiting.cancel()
+
+
+async def cancelled_then_released_unwoken(turns: Turns, waiting: asyncio.Task) -> None:
+    waiting.cancel()  # its future is cancelled; the task has not run to forget it
     turns.release()
-    assert turns.free()
 
 
-async def test_a_wait_cancelled_as_its_turn_came_passes_the_turn_on():
-    turns = Turns()
-    await turns.acquire("a")
-    handed = asyncio.create_task(turns.acquire("b"))
-    after = asyncio.create_task(turns.acquire("c"))
-    await asyncio.sleep(0)
-    turns.release()  # handed to b, which has not run yet
-    handed.cancel()
-    await asyncio.gather(handed, return_exceptions=True)
-    await asyncio.wait_for(after, 1)
-    assert handed.cancelled() and turns.locked()
-    turns.release()
-    assert turns.free()
-
-
-async def test_a_wait_cancelled_and_not_yet_woken_is_passed_over():
+@pytest.mark.parametrize("moment", [cancelled_woken_then_released, released_then_cancelled,
+                                    cancelled_then_released_unwoken])
+async def test_a_cancelled_wait_never_keeps_the_turn_and_the_next_waiter_gets_it(moment):
     turns = Turns()
     await turns.acquire("a")
     cancelled = asyncio.create_task(turns.acquire("b"))
     after = asyncio.create_task(turns.acquire("c"))
     await asyncio.sleep(0)
-    cancelled.cancel()  # its future is cancelled; the task has not run to forget it
-    turns.release()
-    await asyncio.wait_for(after, 1)
+    await moment(turns, cancelled)
     await asyncio.gather(cancelled, return_exceptions=True)
+    await asyncio.wait_for(after, 1)
     assert cancelled.cancelled() and turns.locked() and turns.waiting() == 0
     turns.release()
     assert turns.free()
