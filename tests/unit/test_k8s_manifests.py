@@ -11,6 +11,7 @@ itself is not run here (no Go toolchain)."""
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from shim.server import KEEP_ALIVE_SECONDS
 from shim.settings import ShimSettings
 from tests.tools import run
 from tests.unit.deploy_files import REPO, load_script
+
+SECRETS_FOR_SETTINGS = {"INTERN_DECISION_API_TOKEN": "t" * 32, "INTERN_DECISION_TRITON_API_KEY": "k" * 32}
 
 K8S = REPO / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.31.0"  # native sidecars are on by default from 1.29
@@ -134,6 +137,9 @@ def test_the_shim_is_ready_on_health_alive_on_its_port_and_drains_within_the_gra
     assert "INTERN_DECISION_API_TOKEN" not in env  # from the Secret's file only
     assert env["INTERN_DECISION_MAX_CONNECTIONS_PER_PEER"] == "0"  # every peer is an Envoy of the gateway
     assert "INTERN_DECISION_MAX_QUEUE_PER_PEER" not in env  # the contract's queue, the default
+    # The shim reads the client Envoy appends to X-Forwarded-For from the pod networks alone, where the gateway is.
+    balancers = ShimSettings.from_env({**SECRETS_FOR_SETTINGS, **env}).balancer_addresses
+    assert balancers and all(ipaddress.ip_network(network).is_private for network in balancers)
     drain = float(env["INTERN_DECISION_DRAIN_SECONDS"])
     assert pod["terminationGracePeriodSeconds"] > drain + LONGEST_CALL_SECONDS
     assert all("INTERN_DECISION_API_TOKEN_FILE" not in str(container.get("env")) for container in pod["initContainers"])
