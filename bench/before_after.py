@@ -20,8 +20,20 @@ import tempfile
 from http.client import HTTPConnection
 from pathlib import Path
 
-from overhead import (ANCHOR_QUESTIONS, ANCHOR_STATE, STATE, SYSTEMONE_MODEL, TOKEN, cpu_seconds, criteria,
-                      forward_seconds, machine, post, route_of, summary)
+from overhead import (
+    ANCHOR_QUESTIONS,
+    ANCHOR_STATE,
+    STATE,
+    SYSTEMONE_MODEL,
+    TOKEN,
+    cpu_seconds,
+    criteria,
+    forward_seconds,
+    machine,
+    post,
+    route_of,
+    summary,
+)
 
 from devstack.fixture import build_fixture
 from devstack.shim import ShimServer

@@ -22,8 +22,20 @@ import sys
 from http.client import HTTPConnection
 
 from load import run_load
-from overhead import (ANCHOR_QUESTIONS, ANCHOR_STATE, STATE, SYSTEMONE_MODEL, TOKEN, BENCH, as_systemone,
-                      cpu_seconds, criteria, machine, post, route_of)
+from overhead import (
+    ANCHOR_QUESTIONS,
+    ANCHOR_STATE,
+    BENCH,
+    STATE,
+    SYSTEMONE_MODEL,
+    TOKEN,
+    as_systemone,
+    cpu_seconds,
+    criteria,
+    machine,
+    post,
+    route_of,
+)
 
 from acceptance.stats import percentile
 from devstack.fixture import build_fixture

@@ -22,12 +22,11 @@ TOKEN = "replicas-token-0123456789-abcdefghijklmnop"
 
 
 def run(replicas: int, seconds: float, clients: int, folder: Path, threads_per_replica: int = 1) -> dict:
+    from bench.load import run_load
     from devstack.fixture import build_fixture
     from devstack.haproxy import HAProxyServer
     from devstack.shim import ShimServer
     from devstack.triton import TritonServer
-
-    from bench.load import run_load
 
     env = build_fixture().env()
     # One core's worth of torch threads per replica, as each GPU replica has a card of its own; more threads than

@@ -25,11 +25,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from devstack.process import ManagedProcess, free_ports
 from wire.ping import API_KEY_HEADER
 from wire.protocol import MODEL_NAME
 from wire.tracing import triton_trace_flags
-
-from devstack.process import ManagedProcess, free_ports
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"

@@ -22,6 +22,7 @@ from string import Template
 DOCKER = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCKER.parent))  # the shim's own settings, standard library only like this file
 from shim.settings import ShimSettings  # noqa: E402
+
 TEMPLATE = DOCKER / "haproxy" / "haproxy.cfg.template"
 SHIM_PORT = 8080
 SHIM_METRICS_PORT = 9464

@@ -15,11 +15,25 @@ from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip
 from gpucheck.deadline import Deadline, DeadlineReached, kill_all
 from gpucheck.environment import nvidia_smi
 from gpucheck.report import FAIL, FINDING, INCONCLUSIVE, NOT_RUN, PASS, SKIPPED, Report, Step
-from gpucheck.steps import (acceptance_step, checkpoint_step, environment_step, graphs_step, inprocess_mixed_step,
-                            inprocess_shared_step, inprocess_step, inprocess_torch_step, install_step, kernel_warmup_step, overcap_step,
-                            server_step, service_step, serving_choice, shapes_step, stub_step)
+from gpucheck.steps import (
+    acceptance_step,
+    checkpoint_step,
+    environment_step,
+    graphs_step,
+    inprocess_mixed_step,
+    inprocess_shared_step,
+    inprocess_step,
+    inprocess_torch_step,
+    install_step,
+    kernel_warmup_step,
+    overcap_step,
+    server_step,
+    service_step,
+    serving_choice,
+    shapes_step,
+    stub_step,
+)
 from gpucheck.summary import latency_rows
-
 
 ARCHIVE_NAME = "gpucheck-files.tar.gz"
 OUT_FILES = ("report.json", "report.md", ARCHIVE_NAME)  # everything the check leaves in --out

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from gpucheck.stats import summary
 
+
 class ServiceError(RuntimeError):
     pass
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from datetime import datetime, timezone
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from types import ModuleType
 from typing import Any
 

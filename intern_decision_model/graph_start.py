@@ -7,8 +7,18 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .checkpoint import StartupRefused
-from .graphs import (DIFFERS, EXACT, MAX_POSITIONS, OFF, CudaCapture, GraphFacts, GraphRunner, Shape, buckets_needed,
-                     unsupported)
+from .graphs import (
+    DIFFERS,
+    EXACT,
+    MAX_POSITIONS,
+    OFF,
+    CudaCapture,
+    GraphFacts,
+    GraphRunner,
+    Shape,
+    buckets_needed,
+    unsupported,
+)
 from .settings import AUTO, Settings
 
 log = logging.getLogger("intern_decision.graphs")

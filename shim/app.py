@@ -38,9 +38,9 @@ from .port.triton import TritonModel
 from .port.turns import Turns
 from .port.watch import ModelWatch
 from .semif.routes import semif_routes
+from .semif.service import DecisionService
 from .server.limits import ConnectionLimits
 from .server.roster import address_matcher, source_of
-from .semif.service import DecisionService
 from .settings import ShimSettings
 from .systemone.conventions import SystemOneConventions
 from .systemone.routes import systemone_routes

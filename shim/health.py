@@ -9,11 +9,12 @@ from typing import NamedTuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
 from wire.facts import ModelFacts
 
 from .drain import Drain
-from .errors.codes import DRAINING, UNAVAILABLE
 from .errors import MODEL_UNAVAILABLE, ApiError, ModelFailure, Problem, envelope
+from .errors.codes import DRAINING, UNAVAILABLE
 from .metrics import ShimMetrics
 from .port.chunking import MAX_QUESTIONS_PER_CALL
 from .port.facts_cache import FactsCache

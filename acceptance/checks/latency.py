@@ -11,8 +11,15 @@ from collections import Counter
 from urllib.parse import urlsplit
 
 from ..options import MIN_LATENCY_N
-from ..shapes import (ANCHOR_TOKENS, LONG_STATE_TOKENS, REALISTIC_STATE_CHARS, binary_criteria, plain_body,
-                      realistic_state, shared_body)
+from ..shapes import (
+    ANCHOR_TOKENS,
+    LONG_STATE_TOKENS,
+    REALISTIC_STATE_CHARS,
+    binary_criteria,
+    plain_body,
+    realistic_state,
+    shared_body,
+)
 from ..stats import summarize_ms
 from .common import LIMIT_MARGIN, Context, ProbeFailed, Verdict
 

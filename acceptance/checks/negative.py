@@ -1,8 +1,8 @@
 """Check 2, negative control: the bench's 144 rows again with each description moved to the next option id."""
 from __future__ import annotations
 
-from ..pass_rules import NEGATIVE, NEGATIVE_RULE
 from ..compare import negative_control
+from ..pass_rules import NEGATIVE, NEGATIVE_RULE
 from ..rows import in_suite, rotate_descriptions
 from ..scoring import score_rows
 from .common import CheckFailed, Context, Verdict

@@ -2,8 +2,8 @@
 numbers (acceptance/pass_rules.py) and, row by row, against the bench's own predictions."""
 from __future__ import annotations
 
-from ..pass_rules import MAX_TOPS_MOVED, POOLED, POOLED_RULE, WYRD, WYRD_RULE, AccuracyRule
 from ..compare import accuracy, compare_predictions
+from ..pass_rules import MAX_TOPS_MOVED, POOLED, POOLED_RULE, WYRD, WYRD_RULE, AccuracyRule
 from ..rows import Row, in_suite
 from .common import CheckFailed, Context, Verdict
 

@@ -2,8 +2,8 @@
 have brought a new model process (its boot id in /health)."""
 from __future__ import annotations
 
-from ..pass_rules import POOLED, POOLED_RULE
 from ..compare import compare_predictions, facts_differences
+from ..pass_rules import POOLED, POOLED_RULE
 from ..restart import boot_id, prompt_restart, run_restart_command, wait_healthy, wait_new_process
 from ..rows import Row, in_suite
 from ..scoring import ScoredRun, score_rows

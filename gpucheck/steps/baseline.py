@@ -15,8 +15,6 @@ from gpucheck.deadline import kill_group
 from gpucheck.findings import Found
 from intern_decision_model.kernels import FAST
 
-
-
 # Of an in-process run's budget: importing torch and transformers before the script's own clock starts, and the
 # last round of each shape, which may start just before that clock runs out.
 INPROCESS_IMPORTS_SECONDS = 15

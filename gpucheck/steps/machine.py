@@ -12,7 +12,6 @@ from gpucheck.environment import nvidia_smi
 from gpucheck.findings import Found
 
 
-
 def environment_step(ctx: Context) -> Found:
     path = ctx.out / "environment.json"
     ctx.script("gpucheck.environment", ["--out", path], "environment.log", python=ctx.machine_python)

@@ -13,8 +13,6 @@ from gpucheck.context import Context, Skip, dtype_of, keeping, script_environmen
 from gpucheck.deadline import StepTimeout, finish_logged, kill_group, run_logged, start_logged
 from gpucheck.findings import Found
 
-
-
 # The sequence lengths the kernels are warmed at, in the order they are warmed: the shapes' calls, then one length
 # in each of fla's length buckets that the kit's growth probes reach and the shapes do not (gpucheck.kernel_lengths).
 WARM_LENGTHS = kernel_lengths.warm_lengths()

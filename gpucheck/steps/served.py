@@ -16,8 +16,6 @@ from gpucheck.service import time_shape
 from gpucheck.stack import VARIANT, Stack, health, prepare_repository, start_server
 from intern_decision_model.kernels import FAST
 
-
-
 # The share of the server step's allowance an attempt that another follows may take (the production config, with
 # the KIND_MODEL variant after it): a production server that hangs leaves the variant the other half, which on the
 # GPU machine (150 s) is 75 s against the 60 s a start is expected to take.

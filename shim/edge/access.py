@@ -8,8 +8,8 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import context
-from ..client_gone import CLIENT_WENT_AWAY
 from ..callers import UNNAMED
+from ..client_gone import CLIENT_WENT_AWAY
 from ..metrics import ShimMetrics
 from .auth import CALLER
 

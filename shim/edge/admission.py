@@ -10,8 +10,8 @@ import asyncio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..drain import Drain
-from ..errors.codes import BUSY
 from ..errors.answer import refuse
+from ..errors.codes import BUSY
 from ..queue_place import Place, holding
 from .auth import CALLER
 from .posts import is_post

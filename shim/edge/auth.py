@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors.codes import UNAUTHORIZED
 from ..errors.answer import refuse
+from ..errors.codes import UNAUTHORIZED
 from .posts import is_post
 from .tokens import AcceptedTokens, bearer_caller
 

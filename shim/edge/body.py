@@ -8,10 +8,10 @@ import re
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors.answer import refuse
 from ..errors.codes import INVALID, REQUEST_TIMEOUT, TOO_LARGE, UNSUPPORTED_MEDIA_TYPE
 from ..tracing import span
 from .encoding import IDENTITY, BodyDecoder, BodyTooLarge, UndecodableBody, UnsupportedEncoding, content_encoding
-from ..errors.answer import refuse
 from .posts import is_post
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")

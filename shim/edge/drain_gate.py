@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..drain import Drain
-from ..errors.codes import DRAINING
 from ..errors.answer import refuse
+from ..errors.codes import DRAINING
 from .posts import is_post
 
 

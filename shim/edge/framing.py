@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors.codes import UNSUPPORTED_TRANSFER_ENCODING
 from ..errors.answer import refuse
+from ..errors.codes import UNSUPPORTED_TRANSFER_ENCODING
 
 CHUNKED = "chunked"
 _WHITESPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() strips: str.strip() would strip more (\x85, \xa0)

@@ -10,7 +10,6 @@ from wire.protocol import Kind, parse_error
 from .codes import INVALID, OUT_OF_MEMORY, SCORING_FAILED, UNAVAILABLE, PublicError
 from .raised import ApiError
 
-
 # What a caller is told about the model (a 502's message, /health's reason), chosen where the problem arises.
 TRITON_UNREACHABLE = "triton unreachable"
 TRITON_NOT_READY = "triton not ready"

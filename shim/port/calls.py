@@ -7,9 +7,9 @@ from typing import NamedTuple
 
 from wire.answer import CallAnswer
 
+from ..client_gone import ClientGone
 from ..drain import Drain
 from ..errors import ModelFailure
-from ..client_gone import ClientGone
 from ..metrics import ShimMetrics
 from ..tracing import span
 from .model import Model

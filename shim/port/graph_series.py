@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+
 from wire.graph_series import CALLS_METRIC, CAPTURED, MEMORY_METRIC, MODE_METRIC, REFUSED_PREFIX, SHAPES_METRIC
 
 

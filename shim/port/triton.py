@@ -11,15 +11,26 @@ import httptools
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.http import InferenceServerClient, InferInput
+
 from wire import ping, strict_json
 from wire.answer import AnswerUnreadable, CallAnswer
 from wire.env import host_port
 from wire.facts import INFO_METRIC, ModelFacts
 from wire.protocol import DATATYPE, REQUEST, RESPONSE, STATE, TRACE_ID_PARAMETER
 
-from ..errors import (MODEL_FACTS_UNAVAILABLE, MODEL_NOT_ANSWERING, MODEL_NOT_READY, TRITON_NOT_READY,
-                      TRITON_UNREACHABLE, IncompleteAnswer, ModelFailure, Problem, from_triton, model_unavailable,
-                      unreachable)
+from ..errors import (
+    MODEL_FACTS_UNAVAILABLE,
+    MODEL_NOT_ANSWERING,
+    MODEL_NOT_READY,
+    TRITON_NOT_READY,
+    TRITON_UNREACHABLE,
+    IncompleteAnswer,
+    ModelFailure,
+    Problem,
+    from_triton,
+    model_unavailable,
+    unreachable,
+)
 from ..settings import ShimSettings
 from ..tracing import current_trace_id, inject
 from .graph_series import LiveGraphs, graphs_from_metrics

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..port.chunking import chunks
 from ..errors import UnprocessableRequest
+from ..port.chunking import chunks
 from .request import Decision, Option
 
 

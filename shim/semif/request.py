@@ -7,8 +7,8 @@ from typing import Any
 
 from wire import strict_json
 
-from ..json_body import strict_body
 from ..errors import UnprocessableRequest
+from ..json_body import strict_body
 
 ORDERINGS = ("none", "rotations", "all")
 MIN_OPTIONS, MAX_OPTIONS = 2, 16

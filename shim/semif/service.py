@@ -7,7 +7,7 @@ from typing import Any
 from wire.answer import CallAnswer
 
 from ..context import note_usage
-from ..port.calls import CallRunner, AnsweredCalls
+from ..port.calls import AnsweredCalls, CallRunner
 from .answers import averaged_result, ordering_result
 from .plan import Call, plan
 from .request import Decision

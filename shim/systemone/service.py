@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import note_usage
-from ..json_body import read_body
 from ..errors import ModelFailure, validation_detail
+from ..json_body import read_body
 from ..port.calls import CallRunner
-from ..port.facts_cache import FactsCache
 from ..port.chunking import chunks
+from ..port.facts_cache import FactsCache
 from ..settings import ShimSettings
 from .answers import predict_request, question_numbers, response_body
 from .catalog import Catalog, models_body

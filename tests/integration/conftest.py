@@ -12,8 +12,14 @@ from devstack.shim import ShimServer
 from devstack.triton import TritonServer
 from tests.otlp_receiver import OtlpReceiver
 
-from .helpers import (SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_BODY_BYTES, SHIM_MAX_QUEUE, SHIM_TOKEN, TEST_MAX_TOKENS,
-                      model_env)
+from .helpers import (
+    SHIM_BODY_TIMEOUT_SECONDS,
+    SHIM_MAX_BODY_BYTES,
+    SHIM_MAX_QUEUE,
+    SHIM_TOKEN,
+    TEST_MAX_TOKENS,
+    model_env,
+)
 from .prometheus import Prometheus
 
 

@@ -11,8 +11,16 @@ import json
 import sys
 
 import httpx2
-from typesafe_sdk import (AsyncTypeSafeClient, Choice, Noul, RetryPolicy, Score, TypeSafeAuthenticationError,
-                          TypeSafeClient, __version__)
+from typesafe_sdk import (
+    AsyncTypeSafeClient,
+    Choice,
+    Noul,
+    RetryPolicy,
+    Score,
+    TypeSafeAuthenticationError,
+    TypeSafeClient,
+    __version__,
+)
 
 STATE = "The customer was charged twice and asks for the extra payment back."
 QUESTIONS = {

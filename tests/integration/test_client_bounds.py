@@ -15,8 +15,7 @@ import socket
 import pytest
 
 from devstack.shim import ShimServer
-from tests.raw_http import (HEALTH, closed_by_server, read_response, read_until_closed_or, serves_health,
-                             status_lines)
+from tests.raw_http import HEALTH, closed_by_server, read_response, read_until_closed_or, serves_health, status_lines
 
 from .helpers import NAME, SHIM_TOKEN
 

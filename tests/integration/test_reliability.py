@@ -17,8 +17,21 @@ from bench.load import run_load
 from shim.errors import OUT_OF_MEMORY_WORDS
 from tests.fuzzing import Tally, fuzz
 
-from .helpers import (AUTH, SHIM_BODY_TIMEOUT_SECONDS, SHIM_MAX_QUEUE, SHIM_TOKEN, decide, infer_error, model_log_lines,
-                      options, past_a_full_queue, quiet_metrics, read_until_closed, settled_call_counts, slow)
+from .helpers import (
+    AUTH,
+    SHIM_BODY_TIMEOUT_SECONDS,
+    SHIM_MAX_QUEUE,
+    SHIM_TOKEN,
+    decide,
+    infer_error,
+    model_log_lines,
+    options,
+    past_a_full_queue,
+    quiet_metrics,
+    read_until_closed,
+    settled_call_counts,
+    slow,
+)
 
 pytestmark = pytest.mark.triton
 NO_CALLS = {"ok": 0, "invalid": 0, "out_of_memory": 0, "failed": 0}

@@ -14,8 +14,14 @@ import httpx2
 import pytest
 import schemathesis
 from schemathesis.generation import GenerationMode
-from typesafe_sdk import (AsyncTypeSafeClient, Noul, RetryPolicy, TypeSafeAuthenticationError, TypeSafeClient,
-                          TypeSafeUnprocessableEntityError)
+from typesafe_sdk import (
+    AsyncTypeSafeClient,
+    Noul,
+    RetryPolicy,
+    TypeSafeAuthenticationError,
+    TypeSafeClient,
+    TypeSafeUnprocessableEntityError,
+)
 
 from tests.fuzzing import Tally, fuzz
 

@@ -14,8 +14,20 @@ from devstack.triton import TritonServer
 from wire.ping import ping
 from wire.protocol import OUTCOMES
 
-from .helpers import (MODEL, TEST_MAX_TOKENS, calls, infer, infer_calls, infer_calls_error, infer_error, metrics_text,
-                      model_env, quiet_metrics, read_metrics, settled_call_counts)
+from .helpers import (
+    MODEL,
+    TEST_MAX_TOKENS,
+    calls,
+    infer,
+    infer_calls,
+    infer_calls_error,
+    infer_error,
+    metrics_text,
+    model_env,
+    quiet_metrics,
+    read_metrics,
+    settled_call_counts,
+)
 
 pytestmark = pytest.mark.triton
 

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.compare import (accuracy, chunk_differences, compare_predictions, facts_differences, negative_control,
-                                rotation_outcome)
+from acceptance.compare import (
+    accuracy,
+    chunk_differences,
+    compare_predictions,
+    facts_differences,
+    negative_control,
+    rotation_outcome,
+)
 from acceptance.memory import GIB, parse_nvidia_smi, suggest_cap_gib
 from acceptance.metrics import memory_bytes, parse_samples
 from acceptance.options import parse_options

@@ -9,9 +9,9 @@ import pytest
 
 from acceptance.checks import latency, negative, positive, stability
 from acceptance.checks.common import Context
-from acceptance.pass_rules import NEGATIVE_RULE, POOLED_RULE, WYRD_RULE, standard_error
 from acceptance.client import Reply
 from acceptance.options import parse_options
+from acceptance.pass_rules import NEGATIVE_RULE, POOLED_RULE, WYRD_RULE, standard_error
 
 RIGHT = "the right one"
 HEALTH = {"status": "ok", "model": {"device": "cuda:0", "revision": "r", "boot_id": "boot-0",

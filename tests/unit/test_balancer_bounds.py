@@ -11,8 +11,8 @@ tests/unit/balancer_ipv6.py), whose loopback holds documentation addresses. HAPr
 (scripts/install-haproxy.sh)."""
 from __future__ import annotations
 
-import json
 import contextlib
+import json
 import os
 import socket
 import subprocess

@@ -13,7 +13,8 @@ import pytest
 
 from shim.json_body import _Worker
 from shim.queue_place import Place, holding
-from shim.systemone import mcp_body, request as systemone_request
+from shim.systemone import mcp_body
+from shim.systemone import request as systemone_request
 
 from .fake_model import FakeModel
 from .shim_helpers import AUTH, client_for, make_settings
@@ -44,8 +45,8 @@ async def test_a_large_bodys_structured_instructions_become_text_off_the_loop(mo
 async def test_the_triton_request_is_built_off_the_loop_and_costs_the_loop_little(monkeypatch):
     """A 1 MiB state in 64 calls: 105–185 ms of the loop when the body was built on it; now the loop thread's own CPU
     time for the whole request stays under 5 ms."""
-    from shim.port import triton
     from shim.errors import ModelFailure
+    from shim.port import triton
 
     built_on = []
     real = triton.request_body

@@ -3,7 +3,6 @@ the env file templates and the image constraints. Read as files; no Docker daemo
 from __future__ import annotations
 
 import ipaddress
-
 import re
 import subprocess
 import tomllib
@@ -11,10 +10,28 @@ import tomllib
 import pytest
 import yaml
 
-from tests.unit.deploy_files import (DOCKER, DOCKERFILES, REPO, copies, dockerignore_excludes, dockerignore_patterns,
-                                     env_file_names, env_files, environment, interpolate, load_script,
-                                     normalize, option_values, parse_dockerfile, pip_commands, ports, read_pins,
-                                     requirement_names, secret_names, variables)
+from tests.unit.deploy_files import (
+    DOCKER,
+    DOCKERFILES,
+    REPO,
+    copies,
+    dockerignore_excludes,
+    dockerignore_patterns,
+    env_file_names,
+    env_files,
+    environment,
+    interpolate,
+    load_script,
+    normalize,
+    option_values,
+    parse_dockerfile,
+    pip_commands,
+    ports,
+    read_pins,
+    requirement_names,
+    secret_names,
+    variables,
+)
 
 TOKEN = "INTERN_DECISION_API_TOKEN"
 TRITON_KEY_SECRET = "triton_api_key"

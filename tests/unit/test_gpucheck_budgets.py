@@ -8,9 +8,9 @@ import time
 import pytest
 
 from gpucheck import archive, budgets, check
+from gpucheck.__main__ import parse
 from gpucheck.context import Options
 from gpucheck.findings import Found
-from gpucheck.__main__ import parse
 from gpucheck.stack import Stack
 
 

@@ -6,18 +6,18 @@ sends."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
 from gpucheck import budgets, check, kernel_lengths, shapes, stack
-from gpucheck.steps import baseline, model, served
 from gpucheck.context import Context, Inconclusive, Options, ServiceFault, Skip, keeping
 from gpucheck.deadline import Deadline, run_logged, start_logged
 from gpucheck.findings import Findings, Found
 from gpucheck.report import FAIL, FINDING, INCONCLUSIVE, PASS, SKIPPED, Report
+from gpucheck.steps import baseline, model, served
 
 
 def _options(tmp_path, deadline=100.0):

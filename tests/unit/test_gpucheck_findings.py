@@ -5,10 +5,10 @@ import dataclasses
 import pytest
 
 from gpucheck import budgets, check
-from gpucheck.steps import baseline, machine, model, served
 from gpucheck.context import Context, Options, Skip
 from gpucheck.findings import Findings, Found
 from gpucheck.report import Report
+from gpucheck.steps import baseline, machine, model, served
 
 
 def _options(tmp_path, device="cpu"):

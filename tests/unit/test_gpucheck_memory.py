@@ -11,10 +11,10 @@ import pytest
 from acceptance.checks import overcap, vram
 from acceptance.memory import suggest_cap_gib
 from gpucheck import cap, inprocess
-from gpucheck.steps import served
 from gpucheck.context import Context, Inconclusive, Options
 from gpucheck.findings import Findings
 from gpucheck.report import Report
+from gpucheck.steps import served
 from tests.unit.scripted_service import HEALTH, context, error, reply, shared_answer
 
 GIB = 1024 ** 3

@@ -17,9 +17,17 @@ from intern_decision_model import graphs
 from intern_decision_model.checkpoint import StartupRefused
 from intern_decision_model.engine import WARMUP_REQUEST, scored_part
 from intern_decision_model.graph_start import GATE_QUESTIONS, WarmUp, compare, start_graphs
+from intern_decision_model.graphs import (
+    BUCKETED,
+    BUDGET,
+    DIFFERS,
+    EXACT,
+    MAX_POSITIONS,
+    OUT_OF_MEMORY,
+    GraphRunner,
+    Shape,
+)
 from intern_decision_model.settings import DEFAULT_GRAPH_BUCKETS, Settings
-from intern_decision_model.graphs import (BUCKETED, BUDGET, DIFFERS, EXACT, MAX_POSITIONS, OUT_OF_MEMORY, GraphRunner,
-                                          Shape)
 
 from ..tools import REPO_ROOT
 

@@ -29,11 +29,11 @@ from devstack.process import free_port
 from shim import metrics_server
 from shim.app import create_app
 from shim.playground.routes import PlaygroundPages
+from shim.server import MAX_BODY_CHUNKS
 from shim.settings import ShimSettings
 from tests.raw_http import pipelined, read_until_closed_or, status_lines
 from tests.unit import fake_shim
 from tests.unit.fake_model import FakeModel
-from shim.server import MAX_BODY_CHUNKS
 from tests.unit.shim_helpers import AUTH, TOKEN, decide_body, options, shared_body
 
 HEALTH_P99_SECONDS = 0.5

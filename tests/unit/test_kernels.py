@@ -88,9 +88,8 @@ def test_a_bound_kernel_is_found_through_wrappers():
 
 
 def test_the_model_the_gpu_check_and_the_image_smoke_check_share_the_probe():
-    from intern_decision_model import kernels
     from gpucheck import inprocess
-
+    from intern_decision_model import kernels
     from tests.unit.deploy_files import REPO, load_script
 
     assert inprocess.kernels is kernels

@@ -10,9 +10,9 @@ import pytest
 
 from shim import json_body, metrics_server
 from shim.edge import encoding
+from shim.semif import request as semif_request
 from shim.server import limits
 from shim.settings import ShimSettings
-from shim.semif import request as semif_request
 from shim.systemone import mcp_body
 from shim.systemone import request as systemone_request
 from wire import strict_json

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from intern_decision_model.settings import (PINNED_INFERENCE_SHA256, PINNED_REVISION, Settings, instance_device)
+from intern_decision_model.settings import PINNED_INFERENCE_SHA256, PINNED_REVISION, Settings, instance_device
 
 
 def test_defaults_are_the_pins_and_the_contract_limits():

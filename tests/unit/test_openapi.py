@@ -8,9 +8,9 @@ import jsonschema_rs
 import pytest
 from starlette.routing import Route
 
-from shim.errors import codes as error_codes
 from shim.app import OPENAPI_PATH, create_app, openapi_document
 from shim.errors import Failure
+from shim.errors import codes as error_codes
 from shim.errors.openapi import ENVELOPES, served
 from shim.settings import ShimSettings
 from wire.protocol import Kind

@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from shim.playground.routes import ASSETS, PAGE_FILE
-from shim.settings import ShimSettings
 
 from .fake_model import FakeModel
 from .shim_helpers import AUTH, client_for, make_settings

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from shim.port.chunking import MAX_QUESTIONS_PER_CALL
 from shim.errors import UnprocessableRequest
+from shim.port.chunking import MAX_QUESTIONS_PER_CALL
 from shim.semif.answers import averaged_result
 from shim.semif.plan import plan
 from shim.semif.request import Decision, Option, shared_body

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from shim.app import build_service, create_app
-from shim.errors.handlers import UNEXPECTED_FAILURE
 from shim.errors import MODEL_NOT_READY, OUT_OF_MEMORY_WORDS, Failure, ModelFailure, Problem, from_triton, unreachable
+from shim.errors.handlers import UNEXPECTED_FAILURE
 from shim.health import CHUNKING
 from shim.metrics import ShimMetrics
 

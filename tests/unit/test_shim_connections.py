@@ -17,7 +17,7 @@ from uvicorn.server import ServerState
 
 from shim import metrics, server
 from shim import metrics_server as metrics_http
-from shim.server.roster import Roster, ConnectionAdmission, address_matcher
+from shim.server.roster import ConnectionAdmission, Roster, address_matcher
 from shim.settings import ShimSettings
 
 SECRETS = {"INTERN_DECISION_API_TOKEN": "t" * 32, "INTERN_DECISION_TRITON_API_KEY": "k" * 32}

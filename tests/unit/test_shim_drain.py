@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from devstack.process import free_port
-
 from shim.app import build_service, create_app
 from shim.drain import Drain
 from shim.server import DrainingServer, config

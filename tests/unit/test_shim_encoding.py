@@ -8,8 +8,17 @@ import pytest
 from backports import zstd
 
 from shim.edge import encoding as encoding_module
-from shim.edge.encoding import (IN_SLICE, MAX_MEMBERS, OUT_SLICE, RATIO_FLOOR, BodyDecoder, BodyTooLarge,
-                                UndecodableBody, UnsupportedEncoding, content_encoding)
+from shim.edge.encoding import (
+    IN_SLICE,
+    MAX_MEMBERS,
+    OUT_SLICE,
+    RATIO_FLOOR,
+    BodyDecoder,
+    BodyTooLarge,
+    UndecodableBody,
+    UnsupportedEncoding,
+    content_encoding,
+)
 
 # Hex of random bytes: compresses about 2 times, far within MAX_DECODE_RATIO past RATIO_FLOOR.
 BODY = b'{"state": "' + random.Random(0).randbytes(25_000).hex().encode() + b'"}'

@@ -13,15 +13,14 @@ import pytest
 from backports import zstd
 from starlette.datastructures import Headers
 
-from wire import strict_json
-
 from shim.app import build_service, create_app
 from shim.edge.admission import Admission
 from shim.edge.auth import BearerAuth
 from shim.edge.body import BodyReader, KnownEncoding, declared_length
 from shim.edge.drain_gate import RefuseWhileDraining
-from shim.json_body import ON_LOOP_BYTES, strict_body
 from shim.edge.tokens import AcceptedTokens, bearer_matches
+from shim.json_body import ON_LOOP_BYTES, strict_body
+from wire import strict_json
 
 from .fake_model import FakeModel
 from .shim_helpers import TOKEN, make_settings

@@ -17,15 +17,15 @@ from prometheus_client import generate_latest
 import shim.__main__ as shim_main
 from shim import health as shim_health
 from shim import logs
-from shim.context import request_id
 from shim.app import create_app
+from shim.context import request_id
 from shim.errors import MODEL_NOT_READY, TRITON_NOT_READY, Failure, IncompleteAnswer, ModelFailure, Problem, unreachable
 from shim.metrics import TRITON_ERROR_KINDS, ShimMetrics
 from shim.settings import ShimSettings
+from tests.tools import required_tool
 
 from .fake_model import FakeModel
 from .shim_helpers import AUTH, TOKEN, decide_body, make_settings, shared_body
-from tests.tools import required_tool
 
 pytestmark = pytest.mark.anyio
 

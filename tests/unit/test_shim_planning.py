@@ -4,8 +4,8 @@ from collections import Counter
 
 import pytest
 
-from shim.port.chunking import MAX_QUESTIONS_PER_CALL
 from shim.errors import UnprocessableRequest
+from shim.port.chunking import MAX_QUESTIONS_PER_CALL
 from shim.semif.plan import plan
 from shim.semif.request import Decision, Option
 

@@ -20,8 +20,7 @@ from devstack.process import free_port
 from shim import server
 from shim.app import build_service
 from shim.settings import ShimSettings
-from tests.raw_http import (closed_by_server, pipelined, read_response, read_until_closed_or, serves_health,
-                             status_lines)
+from tests.raw_http import closed_by_server, pipelined, read_response, read_until_closed_or, serves_health, status_lines
 
 from .fake_model import FakeModel
 

@@ -11,8 +11,18 @@ import httpx
 import pytest
 
 from shim.app import build_service, create_app
-from shim.errors import (MODEL_NOT_ANSWERING, TRITON_ERROR, TRITON_UNREACHABLE, ApiError, Failure, ModelFailure,
-                         Problem, from_triton, model_unavailable, unreachable)
+from shim.errors import (
+    MODEL_NOT_ANSWERING,
+    TRITON_ERROR,
+    TRITON_UNREACHABLE,
+    ApiError,
+    Failure,
+    ModelFailure,
+    Problem,
+    from_triton,
+    model_unavailable,
+    unreachable,
+)
 from shim.metrics import ShimMetrics
 from shim.port.model import Probe
 from shim.port.watch import RESTART_HINT, ModelWatch

@@ -3,10 +3,10 @@ predict(), the re-keying of its answers, chunking, every refusal with FastAPI's 
 from __future__ import annotations
 
 import asyncio
-import time
-from types import SimpleNamespace
 import gzip
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 from backports import zstd

@@ -11,8 +11,17 @@ from hypothesis import strategies as st
 from wire import strict_json
 from wire.env import host_port, port_number
 from wire.facts import ModelFacts
-from wire.protocol import (CONFIG_DATA_TYPE, MODEL_NAME, OUTCOMES, REQUEST, RESPONSE, STATE, Kind, error_message,
-                           parse_error)
+from wire.protocol import (
+    CONFIG_DATA_TYPE,
+    MODEL_NAME,
+    OUTCOMES,
+    REQUEST,
+    RESPONSE,
+    STATE,
+    Kind,
+    error_message,
+    parse_error,
+)
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "model_repository" / "intern_decision"
 

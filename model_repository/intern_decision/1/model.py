@@ -15,8 +15,6 @@ from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from wire import answer as wire_answer  # noqa: E402
-from wire.protocol import OK_OUTCOME, REQUEST, RESPONSE, STATE, error_message, trace_id_of  # noqa: E402
 
 from intern_decision_model import protocol  # noqa: E402
 from intern_decision_model.calllog import CallFailure, CallLog  # noqa: E402
@@ -24,6 +22,8 @@ from intern_decision_model.checkpoint import StartupRefused  # noqa: E402
 from intern_decision_model.engine import ServingEngine  # noqa: E402
 from intern_decision_model.metrics import CallRecord, ModelMetrics  # noqa: E402
 from intern_decision_model.settings import Settings, instance_device  # noqa: E402
+from wire import answer as wire_answer  # noqa: E402
+from wire.protocol import OK_OUTCOME, REQUEST, RESPONSE, STATE, error_message, trace_id_of  # noqa: E402
 
 
 class _TritonLogHandler(logging.Handler):
