@@ -147,7 +147,7 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
 def queue_share(settings: ShimSettings) -> QueueShare:
     """The queue's places, each source keyed and the balancers exempted as the server's connections are."""
     return QueueShare(settings.max_queue, settings.max_queue_per_peer or None, source=source_of,
-                      exempt=address_matcher(settings.balancer_addresses))
+                      exempt=address_matcher(settings.balancer_addresses), waiting=lambda cycle: cycle.waiting)
 
 
 def create_app(settings: ShimSettings, model: Model | None = None, metrics: ShimMetrics | None = None) -> Starlette:
@@ -164,11 +164,11 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
     drain = Drain(settings.drain_seconds)  # begun by the server on SIGTERM (shim/server/)
     openapi = openapi_document()
     health_check = HealthCheck(watch, metrics)
-    runner = CallRunner(watch, metrics, lock, drain)
+    runner = CallRunner(watch, metrics, lock)
     systemone_service = SystemOneService(runner, health_check.facts, settings)
     mcp = _mcp_tools(systemone_service, openapi) if settings.mcp else None
     api_routes = [health_route(settings, health_check, drain),
-                  *semif_routes(DecisionService(runner, settings.max_decisions)),
+                  *semif_routes(DecisionService(runner, settings)),
                   *systemone_routes(systemone_service)]
     metrics.name_routes(route.path for route in api_routes)  # the route labels; any other path is "other"
     app = ShimApp(

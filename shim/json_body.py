@@ -9,10 +9,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
+from starlette.requests import Request
+
 from wire import strict_json
 
+from . import cycle
 from .port.turns import Turns
-from .queue_place import current_caller
 from .tracing import span
 
 ON_LOOP_BYTES = 8 * 1024
@@ -29,7 +31,8 @@ class _Worker:
         self._turns = Turns()
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
-        await self._turns.acquire(current_caller())
+        request = cycle.current()
+        await self._turns.acquire(None if request is None else request.caller)
         try:
             return await asyncio.get_running_loop().run_in_executor(self._worker, self._run, work, args)
         finally:
@@ -65,3 +68,20 @@ async def read_body(large: bool, work: Callable[..., T], *args: Any) -> T:
     if not large:
         return work(*args)
     return await _worker.run(work, *args)
+
+
+async def request_json(request: Request, invalid: Callable[[str], Exception]) -> tuple[Any, bool]:
+    """Either surface's body, read and parsed strictly, and whether it was large (read_body's `large`); not strict
+    JSON: the surface's `invalid` of the parser's words."""
+    raw = await request.body()
+    try:
+        return await strict_body(raw), len(raw) > ON_LOOP_BYTES
+    except strict_json.NotStrictJson as exc:
+        raise invalid(str(exc)) from None
+
+
+def json_object(value: Any, refused: Callable[[], Exception]) -> dict:
+    """`value` when it is a JSON object, else the surface's refusal naming the field in its own words."""
+    if not isinstance(value, dict):
+        raise refused()
+    return value

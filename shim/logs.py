@@ -6,7 +6,7 @@ import json
 import logging
 import time
 
-from .context import request_id
+from .cycle import current_id
 from .tracing import current_trace_id
 
 # What every LogRecord has; anything else on a record came from extra= and is written as a field of its own.
@@ -18,7 +18,7 @@ _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, No
 
 class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = request_id.get()
+        record.request_id = current_id()
         record.trace_id = current_trace_id()
         return True
 

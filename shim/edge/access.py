@@ -7,9 +7,9 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import context
+from .. import cycle
 from ..callers import UNNAMED
-from ..client_gone import CLIENT_WENT_AWAY
+from ..errors.codes import CLIENT_GONE
 from ..metrics import ShimMetrics
 from .auth import CALLER
 
@@ -26,9 +26,7 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        usage = context.Usage()
-        context.usage.set(usage)
-        scope.setdefault("state", {})["usage"] = usage  # for work done outside the request's task (MCP tools)
+        usage = cycle.current().usage
         status: int | None = None
 
         async def send_noting_status(message: Message) -> None:
@@ -44,7 +42,7 @@ class AccessLog:
             status = status or 500
             raise
         finally:
-            status = status or CLIENT_WENT_AWAY
+            status = status or CLIENT_GONE.status
             seconds = time.perf_counter() - started
             self._metrics.in_flight.dec()
             route = self._metrics.route_of(scope["path"])

@@ -1,7 +1,7 @@
 """Admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring,
-whatever their source, the next refused at once (the contract). Each admitted POST's place names its caller, for the
+whatever their source, the next refused at once (the contract). Each admitted POST's cycle names its caller, for the
 model's turns. Opt-in, off by default: a named key's share, binding only while another caller waits; and
-MAX_QUEUE_PER_PEER, under which a lighter source's POST takes a heavier one's waiting place or waits in line for
+MAX_QUEUE_PER_PEER, under which a lighter source's POST takes a heavier one's waiting cycle or waits in line for
 the next one freed. The drain counts every admitted POST until it is answered."""
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import cycle as cycles
+from ..cycle import Cycle
 from ..drain import Drain
 from ..errors.answer import refuse
 from ..errors.codes import BUSY
-from ..queue_place import Place, holding
 from .auth import CALLER
 from .posts import is_post
 from .queue_share import QueueAdmission, QueueShare
@@ -29,8 +30,8 @@ class Admission:
         self._drain = drain
         self._key_shares = key_shares or {}
         self._named_callers = named_callers  # a caller is the key presented; else the source address
-        self._places: set[Place] = set()  # admitted and not answered
-        self._line: dict[Place, asyncio.Future[bool]] = {}  # the requests waiting in line for a place
+        self._places: set[Cycle] = set()  # admitted and not answered
+        self._line: dict[Cycle, asyncio.Future[bool]] = {}  # the requests waiting in line for a place
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not is_post(scope):
@@ -39,14 +40,14 @@ class Admission:
         client = scope.get("client")
         peer = client[0] if client else None
         caller = scope.get(CALLER) if self._named_callers else self._share.source(peer)
-        place = Place(caller, lambda waiting: self._share.waiting(place, waiting))
+        cycle = cycles.of_scope(scope)
         if self._over_key_share(caller):
             await refuse(scope, receive, send, BUSY, f"the caller {caller!r} already holds "
                          f"{self._key_shares[caller]} requests queued or scoring, its share, while another caller "
                          f"waits; retry later")
             return
-        verdict = self._share.admit(place, peer)
-        if verdict.over == "total" and await self._in_line(place, peer):
+        verdict = self._share.admit(cycle, peer)
+        if verdict.over == "total" and await self._in_line(cycle, peer):
             verdict = QueueAdmission(True)
         if not verdict.admitted:
             await refuse(scope, receive, send, BUSY, self._refusal(verdict.over, peer))
@@ -58,46 +59,47 @@ class Admission:
             await send(message)
             # The place is free once the answer is sent: the client's next request may come before this returns.
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                self._leave(place)
+                self._leave(cycle)
 
-        self._places.add(place)
+        cycle.admit(caller, self._drain)
+        self._places.add(cycle)
         try:
-            with self._drain.admission(), holding(place):
+            with self._drain.admission():
                 await self.app(scope, receive, send_and_leave)
         finally:
-            self._leave(place)
+            self._leave(cycle)
 
     def _over_key_share(self, caller: object) -> bool:
         """A named key's share binds only while another caller's request waits for its turn (work-conserving)."""
         share = self._key_shares.get(caller)  # type: ignore[call-overload]
         if share is None:
             return False
-        mine = sum(place.caller == caller for place in self._places)
-        return mine >= share and any(place.caller != caller and not place.scoring for place in self._places)
+        mine = sum(other.caller == caller for other in self._places)
+        return mine >= share and any(other.caller != caller and not other.scoring for other in self._places)
 
-    async def _in_line(self, place: Place, peer: str | None) -> bool:
+    async def _in_line(self, cycle: Cycle, peer: str | None) -> bool:
         """Waits in line for a place, LINE_SECONDS at most: whether one was handed to it."""
-        in_line, pushed = self._share.line_up(place, peer)
+        in_line, pushed = self._share.line_up(cycle, peer)
         if pushed is not None:
             self._line.pop(pushed).set_result(False)
         if not in_line:
             return False
-        turn = self._line[place] = asyncio.get_running_loop().create_future()
+        turn = self._line[cycle] = asyncio.get_running_loop().create_future()
         try:
             await asyncio.wait({turn}, timeout=LINE_SECONDS)
         except BaseException:  # cancelled: a place handed over meanwhile is given back
             if turn.done() and turn.result():
-                self._leave(place)
+                self._leave(cycle)
             raise
         finally:
             if not (turn.done() and turn.result()):
-                self._share.out_of_line(place)
-                self._line.pop(place, None)
+                self._share.out_of_line(cycle)
+                self._line.pop(cycle, None)
         return turn.done() and turn.result()
 
-    def _leave(self, place: Place) -> None:
-        self._places.discard(place)
-        turn = self._share.left(place)
+    def _leave(self, cycle: Cycle) -> None:
+        self._places.discard(cycle)
+        turn = self._share.left(cycle)
         if turn is not None:
             self._line.pop(turn).set_result(True)
 

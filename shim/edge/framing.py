@@ -2,10 +2,10 @@
 sent before the body's end carries Connection: close, so no refusal leaves a connection waiting for an unread body."""
 from __future__ import annotations
 
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors.answer import refuse
+from ..errors.answer import closing, refuse
 from ..errors.codes import UNSUPPORTED_TRANSFER_ENCODING
 
 CHUNKED = "chunked"
@@ -22,13 +22,6 @@ def has_body(headers: Headers) -> bool:
     """Whether the request says a body follows: a Transfer-Encoding, or a Content-Length other than 0."""
     return "transfer-encoding" in headers or any(value.strip(_WHITESPACE) not in ("0", "")
                                                  for value in headers.getlist("content-length"))
-
-
-def closing(start: Message) -> Message:
-    """A response's start, with Connection: close: uvicorn closes the connection once that response is sent."""
-    start.setdefault("headers", [])  # optional in ASGI
-    MutableHeaders(scope=start)["Connection"] = "close"
-    return start
 
 
 class TransferEncodingGuard:

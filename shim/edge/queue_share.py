@@ -24,8 +24,6 @@ class QueueAdmission:
 class _Place:
     source: Hashable
     capped: bool  # counted against its source's share
-    waiting: bool = False  # waiting for the lock, never held: the only time its place may be reclaimed
-    waited: bool = False  # its wait for the lock is over: never reclaimed from then on
 
 
 @dataclass
@@ -34,6 +32,7 @@ class QueueShare:
     per_source: int | None  # MAX_QUEUE_PER_PEER; None: no share, and no place reclaimed
     source: Callable[[Peer], Hashable] = lambda peer: peer
     exempt: Callable[[Peer], bool] = lambda peer: peer is None
+    waiting: Callable[[Hashable], bool] = lambda request: False  # in its first wait for the turn: reclaimable
     clock: Callable[[], float] = time.monotonic
     _places: dict[Hashable, _Place] = field(default_factory=dict)  # oldest admitted first
     _held: dict[Hashable, int] = field(default_factory=dict)  # places per capped source
@@ -95,13 +94,6 @@ class QueueShare:
     def out_of_line(self, request: Hashable) -> None:
         self._line.pop(request, None)
 
-    def waiting(self, request: Hashable, waiting: bool) -> None:
-        """`request` begins (True) or ends (False) its wait for the lock; only its first wait may be reclaimed."""
-        place = self._places.get(request)
-        if place is not None:
-            place.waiting = waiting and not place.waited
-            place.waited = place.waited or not waiting
-
     def left(self, request: Hashable) -> Hashable | None:
         """Answered; a second call is a no-op. The place freed goes to the request in line whose source used the queue
         least recently, returned."""
@@ -126,10 +118,11 @@ class QueueShare:
             del self._held[place.source]
 
     def _reclaimable(self, mine: int) -> Hashable | None:
-        """The newest waiting request of the heaviest source that has one, if it holds at least two more than `mine`:
-        a place moves only when it evens the shares (a source holding one more would just trade places with the
-        newcomer, over and over, among many equal sources), and a source never yields to itself."""
+        """The newest `waiting` request of the heaviest source that has one, if
+        it holds at least two more than `mine`: a place moves only when it evens the shares (a source holding one
+        more would just trade places with the newcomer, over and over, among many equal sources), and a source never
+        yields to itself."""
         candidates = [(self._held[place.source], order, request)
                       for order, (request, place) in enumerate(self._places.items())
-                      if place.waiting and place.capped and self._held[place.source] > mine + 1]
+                      if self.waiting(request) and place.capped and self._held[place.source] > mine + 1]
         return max(candidates)[2] if candidates else None

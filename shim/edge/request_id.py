@@ -1,5 +1,5 @@
-"""Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one, kept in
-scope["state"] for the Triton calls and in the request's ContextVar for every log line."""
+"""Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one, the id of
+the request's cycle (shim/cycle.py) for the Triton calls and every log line."""
 from __future__ import annotations
 
 import re
@@ -8,7 +8,7 @@ import uuid
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import context
+from .. import cycle
 
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -24,8 +24,7 @@ class RequestId:
             return
         given = Headers(scope=scope).get(REQUEST_ID_HEADER, "")
         request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
-        context.request_id.set(request_id)
+        cycle.begin(scope, request_id)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import cycle
 from ..tracing import request_span
 
 
@@ -19,7 +20,7 @@ class TraceRequest:
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
         route = self._route_of(scope["path"])
         attributes = {"http.request.method": scope["method"], "http.route": route, "url.path": scope["path"],
-                      "intern_decision.request_id": scope.get("state", {}).get("request_id", "")}
+                      "intern_decision.request_id": cycle.of_scope(scope).id}
         with request_span(f"{scope['method']} {route}", headers, attributes) as span:
 
             async def send_with_status(message: Message) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import uuid
 
+from starlette.datastructures import MutableHeaders
 from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from .codes import PublicError
 from .envelope import envelope, is_system_one, policy_headers
@@ -25,6 +26,13 @@ async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError,
                  headers: dict[str, str] | None = None) -> None:
     """A refusal sent before the app is reached (the edge's, MCP's)."""
     await response(error, message, path=scope.get("path", ""), own=headers)(scope, receive, send)
+
+
+def closing(start: Message) -> Message:
+    """A response's start, with Connection: close: uvicorn closes the connection once that response is sent."""
+    start.setdefault("headers", [])  # optional in ASGI
+    MutableHeaders(scope=start)["Connection"] = "close"
+    return start
 
 
 def _server_body(error: PublicError, message: str) -> bytes:

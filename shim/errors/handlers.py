@@ -1,5 +1,4 @@
-"""Starlette's exception handlers: every error the app raises, and what the port tells (the drain stopped the queue,
-the request's place was reclaimed, the client went away), answered through the one writer in the shape of the
+"""Starlette's exception handlers: every error the app raises, answered through the one writer in the shape of the
 route's surface."""
 from __future__ import annotations
 
@@ -9,10 +8,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ..client_gone import ClientGone
-from ..port.waiting import QueueStopped, Reclaimed
 from .answer import response
-from .codes import BUSY, CLIENT_GONE, DRAINING, HTTP_CODES, INVALID, SCORING_FAILED
+from .codes import HTTP_CODES, INVALID, SCORING_FAILED
 from .envelope import envelope
 from .failures import Failure, ModelFailure
 from .raised import ApiError, UnprocessableRequest
@@ -25,24 +22,6 @@ def error_body(exc: ApiError | UnprocessableRequest) -> dict:
     if isinstance(exc, ApiError):
         return envelope(exc.error, exc.public_message, detail=exc.detail)
     return envelope(INVALID, str(exc), detail=exc.detail)
-
-
-def as_api_error(exc: QueueStopped | Reclaimed | ClientGone) -> ApiError:
-    """A request the drain stopped is 503 draining, its connection closed so that the retry goes to another replica;
-    one whose place went to a lighter source is 429 busy; one whose client went away is 499, for the access line."""
-    if isinstance(exc, QueueStopped):
-        return ApiError(DRAINING, DRAINING.words)
-    if isinstance(exc, Reclaimed):
-        return ApiError(BUSY, RECLAIMED)
-    return ApiError(CLIENT_GONE, str(exc))
-
-
-# A request that waited, from the heaviest source, when the queue was full and a lighter source's POST came.
-RECLAIMED = "the queue is full and this client's source holds the most of it; retry later"
-
-
-async def port_outcome(request: Request, exc: QueueStopped | Reclaimed | ClientGone) -> JSONResponse:
-    return await api_error(request, as_api_error(exc))
 
 
 async def invalid_request(request: Request, exc: UnprocessableRequest) -> JSONResponse:
@@ -74,6 +53,5 @@ async def unexpected(request: Request, exc: Exception) -> JSONResponse:
 UNEXPECTED_FAILURE = "failed while building the response; the log has the detail under this request's id"
 
 
-EXCEPTION_HANDLERS = {UnprocessableRequest: invalid_request, ApiError: api_error, QueueStopped: port_outcome,
-                      Reclaimed: port_outcome, ClientGone: port_outcome, HTTPException: http_error,
+EXCEPTION_HANDLERS = {UnprocessableRequest: invalid_request, ApiError: api_error, HTTPException: http_error,
                       Exception: unexpected}

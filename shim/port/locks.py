@@ -1,5 +1,5 @@
 """Acquiring the model's turn unless something else happens first: the one primitive behind giving up a wait for the
-inference lock (shim/client_gone.py, shim/port/waiting.py)."""
+inference lock (shim/cycle.py says what ends it)."""
 from __future__ import annotations
 
 import asyncio

@@ -5,10 +5,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from wire import strict_json
-
 from ..errors import UnprocessableRequest
-from ..json_body import strict_body
+from ..json_body import json_object
 
 ORDERINGS = ("none", "rotations", "all")
 MIN_OPTIONS, MAX_OPTIONS = 2, 16
@@ -59,18 +57,8 @@ class Decision:
         return [self.id] + [self.ordering_id(ordering) for ordering in range(self.ordering_count)]
 
 
-async def parse_json(body: bytes) -> Any:
-    """The body's value, read off the event loop when it is large (shim/json_body.py)."""
-    try:
-        return await strict_body(body)
-    except strict_json.NotStrictJson as exc:
-        raise UnprocessableRequest(str(exc)) from None
-
-
 def _object(value: Any, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise UnprocessableRequest(f"{where} must be a JSON object")
-    return value
+    return json_object(value, lambda: UnprocessableRequest(f"{where} must be a JSON object"))
 
 
 def _nonempty_string(value: Any, where: str) -> str:

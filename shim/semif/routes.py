@@ -5,17 +5,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .request import decide_body, parse_json, shared_body
+from ..errors import UnprocessableRequest
+from ..json_body import request_json
 from .service import DecisionService
 
 
 def semif_routes(service: DecisionService) -> list[Route]:
     async def decide(request: Request) -> JSONResponse:
-        state, decision = decide_body(await parse_json(await request.body()))
-        return JSONResponse(await service.decide(state, decision, request.state.request_id))
+        body, large = await request_json(request, UnprocessableRequest)
+        return JSONResponse(await service.decide(body, request.state.cycle.id, large))
 
     async def decide_shared(request: Request) -> JSONResponse:
-        state, decisions = shared_body(await parse_json(await request.body()))
-        return JSONResponse(await service.decide_shared(state, decisions, request.state.request_id))
+        body, large = await request_json(request, UnprocessableRequest)
+        return JSONResponse(await service.decide_shared(body, request.state.cycle.id, large))
 
     return [Route("/decide", decide, methods=["POST"]), Route("/decide/shared", decide_shared, methods=["POST"])]

@@ -6,20 +6,22 @@ from typing import Any
 
 from wire.answer import CallAnswer
 
-from ..context import note_usage
+from ..cycle import note_usage
+from ..json_body import read_body
 from ..port.calls import AnsweredCalls, CallRunner
+from ..settings import ShimSettings
 from .answers import averaged_result, ordering_result
 from .plan import Call, plan
-from .request import Decision
+from .request import Decision, decide_body, shared_body
 
 
 class DecisionService:
-    def __init__(self, runner: CallRunner, max_decisions: int):
+    def __init__(self, runner: CallRunner, settings: ShimSettings):
         self._runner = runner  # the app's one runner: the process-wide lock (INV-2) shared with System One
-        self._max_decisions = max_decisions
+        self._settings = settings
 
     async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], AnsweredCalls]:
-        calls = plan(decisions, self._max_decisions)
+        calls = plan(decisions, self._settings.max_decisions)
         note_usage(calls=len(calls))
         ran = await self._runner.run([call.predict_request(state, decisions) for call in calls], request_id)
         note_usage(input_tokens=sum(answer.input_tokens for answer in ran.answers))
@@ -36,7 +38,9 @@ class DecisionService:
         return [results[0] if decision.orderings == "none" else averaged_result(decision, results)
                 for decision, results in zip(decisions, per_decision)]
 
-    async def decide(self, state: Any, decision: Decision, request_id: str) -> dict:
+    async def decide(self, body: Any, request_id: str, large: bool = False) -> dict:
+        """large: the body was over json_body.ON_LOOP_BYTES, and is read into its decisions off the loop."""
+        state, decision = await read_body(large, decide_body, body)
         calls, ran = await self._score(state, [decision], request_id)
         result = self._results([decision], calls, ran.answers)[0]
         if decision.orderings == "none":
@@ -45,7 +49,8 @@ class DecisionService:
             result["forward_seconds"] = ran.answers[0].inference_ms / 1000
         return result
 
-    async def decide_shared(self, state: Any, decisions: list[Decision], request_id: str) -> dict:
+    async def decide_shared(self, body: Any, request_id: str, large: bool = False) -> dict:
+        state, decisions = await read_body(large, shared_body, body)
         calls, ran = await self._score(state, decisions, request_id)
         return {"results": self._results(decisions, calls, ran.answers), "timing": self._timing(calls, ran)}
 

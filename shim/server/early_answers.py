@@ -2,8 +2,7 @@
 the bound that was met, written by the errors' one writer (shim/errors/answer.py)."""
 from __future__ import annotations
 
-from ..edge.framing import closing
-from ..errors.answer import closing_answer, server_answer
+from ..errors.answer import closing, closing_answer, server_answer
 from ..errors.codes import HEADERS_TOO_LARGE, MALFORMED, TOO_LARGE, TOO_MANY_CONNECTIONS, TOO_MANY_PIPELINED
 from .limits import MAX_BODY_CHUNKS, MAX_HEADER_BYTES, MAX_HEADERS, ConnectionLimits
 

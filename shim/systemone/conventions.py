@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import cycle
 from ..errors.envelope import is_system_one
 
 REQUEST_ID_HEADER = "x-typesafe-request-id"
@@ -21,9 +22,7 @@ class SystemOneConventions:
 
         async def send_conventionally(message: Message) -> None:
             if message["type"] == "http.response.start":
-                request_id = scope.get("state", {}).get("request_id")
-                if request_id:
-                    MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = cycle.of_scope(scope).id
             await send(message)
 
         await self.app(scope, receive, send_conventionally)

@@ -12,11 +12,9 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
-from .. import context
-from ..client_gone import ClientGone
+from .. import cycle
 from ..errors import ApiError, UnprocessableRequest
-from ..errors.handlers import as_api_error, error_body
-from ..port.waiting import QueueStopped, Reclaimed
+from ..errors.handlers import error_body
 from .mcp_body import ARGUMENTS, LARGE, NOT_STRICT, read_once
 from .mcp_schemas import schema_of
 from .request import SystemOneInvalid
@@ -88,11 +86,12 @@ class SystemOneTools:
         return types.ListToolsResult(tools=self._tools)
 
     async def _call_tool(self, ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        # The SDK runs each handler outside the request's context: the request id and the usage come from its scope.
-        state = ctx.request.scope.get("state", {}) if ctx.request is not None else {}
-        request_id = state.get("request_id") or "mcp"
-        context.request_id.set(request_id)
-        context.usage.set(state.get("usage"))
+        # The SDK runs each handler outside the request's task: the request's cycle comes from its scope.
+        scope = ctx.request.scope if ctx.request is not None else {}
+        request = cycle.of_scope(scope)
+        cycle.enter(request)
+        request_id = request.id if request is not None else "mcp"
+        state = scope.get("state", {})
         if NOT_STRICT in state:
             return tool_error(SystemOneInvalid(["body"], state[NOT_STRICT], "json_invalid"))
         operation = self._operations.get(params.name)
@@ -104,8 +103,6 @@ class SystemOneTools:
             result = await operation(arguments or {}, request_id, state.get(LARGE, False))
         except (ApiError, UnprocessableRequest) as exc:
             return tool_error(exc)
-        except (QueueStopped, Reclaimed, ClientGone) as exc:
-            return tool_error(as_api_error(exc))
         return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(result))],
                                     structured_content=result)
 

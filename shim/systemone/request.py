@@ -9,6 +9,7 @@ from typing import Any
 from wire.answer import CHOICE, NOUL, SCORE
 
 from ..errors import UnprocessableRequest, validation_detail
+from ..json_body import json_object
 from ..port.chunking import MAX_QUESTIONS_PER_CALL
 
 MAX_OPTIONS = 62  # the checkpoint's answer symbols
@@ -61,10 +62,12 @@ def _is_content(value: Any) -> bool:
     return isinstance(value, (str, dict, list))
 
 
+def invalid_json(message: str) -> SystemOneInvalid:
+    return SystemOneInvalid(["body"], message, "json_invalid")
+
+
 def _object(value: Any, loc: list) -> dict:
-    if not isinstance(value, dict):
-        raise SystemOneInvalid(loc, "must be a JSON object", "dict_type")
-    return value
+    return json_object(value, lambda: SystemOneInvalid(loc, "must be a JSON object", "dict_type"))
 
 
 def _content(value: Any, loc: list, nullable: bool) -> Any:

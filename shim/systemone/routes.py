@@ -6,18 +6,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from wire import strict_json
-
-from ..json_body import ON_LOOP_BYTES, strict_body
-from .request import SystemOneInvalid
+from ..json_body import request_json
+from .request import invalid_json
 from .service import SystemOneService
-
-
-async def _body(raw: bytes):
-    try:
-        return await strict_body(raw)
-    except strict_json.NotStrictJson as exc:
-        raise SystemOneInvalid(["body"], str(exc), "json_invalid") from None
 
 
 def systemone_routes(service: SystemOneService) -> list[Route]:
@@ -25,14 +16,12 @@ def systemone_routes(service: SystemOneService) -> list[Route]:
         return JSONResponse(await service.models())
 
     async def system_one(request: Request) -> JSONResponse:
-        raw = await request.body()
-        return JSONResponse(await service.answer(await _body(raw), request.state.request_id,
-                                                 len(raw) > ON_LOOP_BYTES))
+        body, large = await request_json(request, invalid_json)
+        return JSONResponse(await service.answer(body, request.state.cycle.id, large))
 
     async def batch(request: Request) -> JSONResponse:
-        raw = await request.body()
-        return JSONResponse(await service.batch(await _body(raw), request.state.request_id,
-                                                len(raw) > ON_LOOP_BYTES))
+        body, large = await request_json(request, invalid_json)
+        return JSONResponse(await service.batch(body, request.state.cycle.id, large))
 
     return [Route("/v1/models", models, methods=["GET"]), Route("/v1/systemone", system_one, methods=["POST"]),
             Route("/v1/systemone/batch", batch, methods=["POST"])]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import note_usage
+from ..cycle import note_usage
 from ..errors import ModelFailure, validation_detail
 from ..json_body import read_body
 from ..port.calls import CallRunner

@@ -11,8 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from shim import cycle
+from shim.cycle import Cycle
 from shim.json_body import _Worker
-from shim.queue_place import Place, holding
 from shim.systemone import mcp_body
 from shim.systemone import request as systemone_request
 
@@ -111,8 +112,8 @@ async def test_the_body_worker_takes_callers_in_turn():
         return name
 
     async def job(caller: str, name: str) -> str:
-        with holding(Place(caller)):
-            return await worker.run(parse, name)
+        cycle.enter(Cycle(name, caller=caller))  # each job runs in a task of its own, as each request does
+        return await worker.run(parse, name)
 
     jobs = [asyncio.create_task(job("heavy", f"heavy{n}")) for n in range(4)]
     await asyncio.sleep(0)

@@ -93,11 +93,12 @@ def test_the_port_and_the_edge_know_no_surface_and_not_each_other(layer):
 
 
 
-def test_the_server_knows_no_surface_and_no_port():
-    """shim/server/ bounds connections before any route: it knows neither surface nor the model port, not even
-    through another module (the health check's path reaches it in its limits, from the app)."""
+def test_the_server_knows_no_surface_no_port_and_no_edge():
+    """shim/server/ bounds connections before any route: it knows neither surface, nor the model port, nor the
+    middleware after it, not even through another module (the health check's path reaches it from the app)."""
     assert not [(name, target) for name, imported in SHIM_REACHED.items() if within(name, "shim.server")
-                for target in imported if any(within(target, lower) for lower in (*SURFACES, "shim.port"))]
+                for target in imported if any(within(target, lower) for lower in (*SURFACES, "shim.port",
+                                                                                  "shim.edge"))]
 
 
 @pytest.mark.parametrize("module", ["shim.server.limits", "shim.server.roster"])
@@ -127,6 +128,69 @@ def test_the_server_keeps_no_state_at_module_level():
                     or name in tables:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == []
+
+
+def room(name: str) -> str:
+    """A module's room in the shim's drawing: its top-level module, or its subpackage."""
+    return ".".join(name.split(".")[:2])
+
+
+def test_no_arrow_runs_back_up_between_the_shims_rooms():
+    """The rooms import one another in one direction, so that they stand on floors, each above all that it imports:
+    a cycle among rooms is an arrow running back up."""
+    rooms: dict[str, set[str]] = {}
+    for name, imported in SHIM.items():
+        rooms.setdefault(room(name), set()).update(room(target) for target in imported if room(target) != room(name))
+    state: dict[str, str] = {}
+
+    def visit(name: str, path: list[str]) -> None:
+        if state.get(name) == "open":
+            pytest.fail(f"rooms in a cycle: {' -> '.join(path[path.index(name):] + [name])}; move what the lower "
+                        f"one needs down, or raise the registry's errors where the request's life ends (shim/cycle.py)")
+        if state.get(name) == "done":
+            return
+        state[name] = "open"
+        for target in sorted(rooms.get(name, ())):
+            visit(target, [*path, name])
+        state[name] = "done"
+
+    for name in sorted(rooms):
+        visit(name, [])
+
+
+def test_the_errors_import_nothing_of_the_shim_outside_them():
+    """shim/errors/ is the ground floor: every other room may answer an error, so it knows none of them."""
+    assert [(name, target) for name, imported in SHIM.items() if within(name, "shim.errors")
+            for target in imported if not within(target, "shim.errors")] == []
+
+
+# What the port may take from shim.errors: the model's failures and why the model is unusable, never an answer.
+PORT_ERRORS = {"ModelFailure", "Failure", "IncompleteAnswer", "Problem", "from_triton", "model_unavailable",
+               "unreachable", "MODEL_FACTS_UNAVAILABLE", "MODEL_NOT_ANSWERING", "MODEL_NOT_READY", "MODEL_UNAVAILABLE",
+               "TRITON_NOT_READY", "TRITON_UNREACHABLE", "TRITON_ERROR", "OUT_OF_MEMORY_WORDS"}
+
+
+def test_the_port_raises_only_model_failures():
+    """Every failure leaving the port is a ModelFailure, so that it is counted, marks the model down or not and names
+    its call from one table, Failure in shim/errors/failures.py: a new kind is a row there, never an ApiError."""
+    found = []
+    for path in (ROOT / "shim" / "port").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "errors":
+                found += [f"{path.relative_to(ROOT)}: imports {alias.name} from {node.module}" for alias in node.names
+                          if alias.name not in PORT_ERRORS]
+    assert found == [], (f"{found}: the port raises only ModelFailure; add the new kind as a member of Failure in "
+                         f"shim/errors/failures.py (its metric label, its public error, whether it marks the model "
+                         f"down) and raise ModelFailure(Failure.<KIND>, message, call)")
+
+
+def test_every_kind_the_model_answers_has_its_row_in_the_failure_table():
+    from shim.errors import Failure
+    from wire.protocol import Kind
+
+    missing = [kind.name for kind in Kind if kind.name not in Failure.__members__]
+    assert missing == [], (f"{missing}: the model answers kinds (wire/protocol.py, Kind) with no row in Failure "
+                           f"(shim/errors/failures.py): add one, with its metric label, public error and marks_down")
 
 
 def test_the_port_tells_what_happened_and_builds_no_http():

@@ -11,8 +11,17 @@ ATTACKER, VICTIM, THIRD = "10.0.0.1", "10.0.0.2", "10.0.0.3"
 BALANCER = "10.9.0.7"
 
 
+WAITING: set[str] = set()  # the requests in their first wait for the model's turn
+
+
+@pytest.fixture(autouse=True)
+def nothing_waiting():
+    WAITING.clear()
+
+
 def share(total: int = 8, per_source: int | None = 2) -> QueueShare:
-    return QueueShare(total, per_source, source=source_of, exempt=address_matcher([f"{BALANCER}/32"]))
+    return QueueShare(total, per_source, source=source_of, exempt=address_matcher([f"{BALANCER}/32"]),
+                      waiting=WAITING.__contains__)
 
 
 def fill(queue: QueueShare, peer: str, count: int, waiting: bool = True) -> list[str]:
@@ -21,7 +30,7 @@ def fill(queue: QueueShare, peer: str, count: int, waiting: bool = True) -> list
     for name in names:
         assert queue.admit(name, peer).admitted
         if waiting:
-            queue.waiting(name, True)
+            WAITING.add(name)
     return names
 
 
@@ -98,8 +107,7 @@ def test_nothing_waiting_is_nothing_reclaimed():
 def test_a_request_that_held_the_lock_is_never_reclaimed():
     queue = share(total=2, per_source=2)
     scoring, waiting = fill(queue, ATTACKER, 2)
-    queue.waiting(scoring, False)  # it holds the lock now
-    queue.waiting(scoring, True)  # a later wait of the same request does not make it reclaimable again
+    WAITING.discard(scoring)  # it holds the turn now
     assert queue.admit("victim", VICTIM).reclaim == waiting
     assert queue.admit("third", THIRD) == QueueAdmission(False, over="total")
 
@@ -133,7 +141,8 @@ def sources(count: int) -> list[str]:
 
 def test_a_full_queue_hands_its_next_place_to_the_request_in_line_of_the_source_that_used_it_least():
     clock = Clock()
-    queue = QueueShare(2, 1, source=source_of, exempt=address_matcher([]), clock=clock)
+    queue = QueueShare(2, 1, source=source_of, exempt=address_matcher([]), clock=clock,
+                       waiting=WAITING.__contains__)
     first, second, flooder = sources(3)
     for turn in range(3):  # the flooder used the queue three times, lately
         assert queue.admit(f"flooder#{turn}", flooder).admitted
@@ -150,7 +159,8 @@ def test_a_full_queue_hands_its_next_place_to_the_request_in_line_of_the_source_
 
 def test_a_quiet_source_goes_first_and_pushes_the_busiest_out_of_a_full_line():
     clock = Clock()
-    queue = QueueShare(2, 1, source=source_of, exempt=address_matcher([]), clock=clock)
+    queue = QueueShare(2, 1, source=source_of, exempt=address_matcher([]), clock=clock,
+                       waiting=WAITING.__contains__)
     busy = sources(4)
     for source in busy:  # each used the queue lately
         assert queue.admit(source, source).admitted
@@ -167,7 +177,8 @@ def test_a_quiet_source_goes_first_and_pushes_the_busiest_out_of_a_full_line():
 
 
 def test_a_source_waits_in_line_once_and_only_under_a_share():
-    queue = QueueShare(1, 1, source=source_of, exempt=address_matcher([f"{BALANCER}/32"]))
+    queue = QueueShare(1, 1, source=source_of, exempt=address_matcher([f"{BALANCER}/32"]),
+                       waiting=WAITING.__contains__)
     fill(queue, ATTACKER, 1)
     assert queue.line_up("victim", VICTIM) == (True, None)
     assert queue.line_up("victim's second", VICTIM) == (False, None)
@@ -177,7 +188,7 @@ def test_a_source_waits_in_line_once_and_only_under_a_share():
 
 def test_recent_use_is_forgotten_by_half_every_half_life():
     clock = Clock()
-    queue = QueueShare(4, 2, source=source_of, clock=clock)
+    queue = QueueShare(4, 2, source=source_of, clock=clock, waiting=WAITING.__contains__)
     queue.admit("a", ATTACKER)
     queue.admit("b", ATTACKER)
     assert queue.used(ATTACKER) == 2

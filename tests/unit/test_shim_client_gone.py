@@ -1,17 +1,20 @@
 """A request whose client went away before it reached the model is not scored, and counted; one already scoring
-finishes (shim/client_gone.py), over a fake model held by a gate."""
+finishes (shim/cycle.py), over a fake model held by a gate."""
 from __future__ import annotations
 
 import asyncio
 
 import pytest
 
+from shim import cycle
 from shim.app import create_app
-from shim.client_gone import ClientGone, client_gone_event, watched
+from shim.cycle import Cycle
+from shim.errors.codes import CLIENT_GONE
+from shim.errors.raised import ApiError
 from shim.metrics import ShimMetrics
+from shim.port.calls import CallRunner
 from shim.port.locks import acquire_unless
 from shim.port.turns import Turns
-from shim.port.waiting import acquire
 
 from .asgi_exchange import RawRequest
 from .fake_model import FakeModel
@@ -95,19 +98,26 @@ async def test_a_client_gone_before_its_turn_frees_its_queue_slot_at_once(held):
     assert len(model.calls) == 2
 
 
-async def test_the_wait_is_a_plain_acquire_outside_a_watched_request():
-    lock = Turns()
-    await acquire(lock)
-    assert lock.locked()
+async def test_a_turn_won_in_the_same_moment_the_client_goes_is_given_back_and_answered_499():
+    lock, metrics = Turns(), ShimMetrics()
+    request = Cycle("gone")
+    request.client_gone.set()
+
+    async def in_the_requests_task() -> None:
+        cycle.enter(request)
+        await CallRunner(FakeModel(), metrics, lock).run([{"questions": {}}], request.id)
+
+    with pytest.raises(ApiError) as ended:
+        await asyncio.create_task(in_the_requests_task())
+    assert ended.value.error is CLIENT_GONE and not lock.locked() and gone_count(metrics) == 1
 
 
-async def test_a_lock_won_in_the_same_moment_the_client_goes_is_given_back():
-    lock = Turns()
-    async with watched(None):
-        client_gone_event().set()
-        with pytest.raises(ClientGone):
-            await acquire(lock)
-    assert not lock.locked()
+def test_only_a_requests_first_wait_for_its_turn_may_give_its_place_away():
+    request = Cycle("twice")
+    with request.waiting_for_turn():
+        assert request.waiting
+    with request.waiting_for_turn():
+        assert not request.waiting
 
 
 def test_a_free_lock_is_taken_at_once_with_no_task_or_future_to_watch_the_stops():

@@ -15,6 +15,7 @@ from starlette.datastructures import Headers
 
 from shim.app import build_service, create_app
 from shim.edge.admission import Admission
+from shim.edge.request_id import RequestId
 from shim.edge.auth import BearerAuth
 from shim.edge.body import BodyReader, KnownEncoding, declared_length
 from shim.edge.drain_gate import RefuseWhileDraining
@@ -91,6 +92,7 @@ class Edge:
         self._stack = app
         for middleware in reversed(built.app.user_middleware):
             self._stack = middleware.cls(self._stack, *middleware.args, **middleware.kwargs)
+        self._stack = RequestId(self._stack)  # outside the last resort, where each request's cycle begins
 
     async def __call__(self, scope, receive, send):
         await self._stack(scope, receive, send)

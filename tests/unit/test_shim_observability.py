@@ -3,6 +3,7 @@ path, an id or a token, that every log line is JSON with the request id, and tha
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import io
 import json
 import logging
@@ -15,10 +16,9 @@ import pytest
 from prometheus_client import generate_latest
 
 import shim.__main__ as shim_main
+from shim import cycle, logs
 from shim import health as shim_health
-from shim import logs
 from shim.app import create_app
-from shim.context import request_id
 from shim.errors import MODEL_NOT_READY, TRITON_NOT_READY, Failure, IncompleteAnswer, ModelFailure, Problem, unreachable
 from shim.metrics import TRITON_ERROR_KINDS, ShimMetrics
 from shim.settings import ShimSettings
@@ -258,11 +258,11 @@ def test_exceptions_are_one_json_line_with_the_traceback():
         raise RuntimeError("boom")
     except RuntimeError:
         record.exc_info = sys.exc_info()
-    token = request_id.set("req-exc")
-    try:
+    def in_the_requests_context() -> None:
+        cycle.enter(cycle.Cycle("req-exc"))
         logs.RequestIdFilter().filter(record)
-    finally:
-        request_id.reset(token)
+
+    contextvars.copy_context().run(in_the_requests_context)
     line = logs.JsonFormatter().format(record)
     assert "\n" not in line
     parsed = json.loads(line)

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from shim.app import build_service
+from shim.cycle import Cycle
 from shim.drain import Drain
 from shim.edge.admission import LINE_SECONDS, Admission
 from shim.edge.queue_share import QueueShare
@@ -125,7 +126,8 @@ async def test_a_place_is_free_once_its_answer_is_sent():
 
     share = QueueShare(total=4, per_source=1)
     admission = Admission(answered_then_slow, share, Drain(announce_seconds=0))
-    scope = {"type": "http", "method": "POST", "path": "/decide", "headers": [], "client": (ATTACKER, 1)}
+    scope = {"type": "http", "method": "POST", "path": "/decide", "headers": [], "client": (ATTACKER, 1),
+             "state": {"cycle": Cycle("first")}}
     sent = []
 
     async def send(message):

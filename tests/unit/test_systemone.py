@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from backports import zstd
 
+from shim.cycle import Cycle
 from shim.errors import OUT_OF_MEMORY_WORDS, Failure, ModelFailure
 from shim.settings import ShimSettings
 
@@ -432,7 +433,7 @@ async def test_an_error_is_written_in_typesafes_shape_where_it_is_built_never_he
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "path": "/v1/systemone", "state": {"request_id": "r-1"}}
+    scope = {"type": "http", "path": "/v1/systemone", "state": {"cycle": Cycle("r-1")}}
     await SystemOneConventions(app)(scope, None, send)
     assert sent == [start, *chunks] and (b"x-typesafe-request-id", b"r-1") in start["headers"]
     assert envelope(SCORING_FAILED, "failed", system_one=True) == {
