@@ -1,5 +1,5 @@
-"""One JSON line per call in Triton's log (ids, outcome, sizes and time; never the state, a question or an option),
-queued off the response path, as each pb_utils.Logger line is a round trip (docs/operations.md, "The model's log")."""
+"""One JSON line per call in Triton's log, never the state, a question or an option; queued off the response path,
+as each pb_utils.Logger line is a round trip (docs/operations.md, "The model's log")."""
 from __future__ import annotations
 
 import json
@@ -15,9 +15,7 @@ CALL_LOGGER = "intern_decision.calls"
 
 @dataclass(frozen=True)
 class CallFailure:
-    """The call a request stopped at, and the error it was answered with."""
-
-    call: int  # the failed call's index
+    call: int
     error: str
 
 
@@ -34,7 +32,7 @@ def call_line(request_id: str, index: int, call: CallRecord, error: str | None =
 
 class CallLog:
     def __init__(self, handler: logging.Handler):
-        """handler: where the lines end up (Triton's log); it should format a record as its message alone."""
+        """The handler formats a record as its message alone."""
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._queue_handler = QueueHandler(self._queue)
         self._logger = logging.getLogger(CALL_LOGGER)
@@ -46,7 +44,7 @@ class CallLog:
 
     def write(self, request_id: str, calls: list[CallRecord], failure: CallFailure | None = None,
               trace_id: str | None = None) -> None:
-        """One line per call that ran; with a failure, the last record is the failed call's. Returns at once."""
+        """With a failure, the last record is the failed call's."""
         for index, call in enumerate(calls):
             if failure is not None and index == len(calls) - 1:
                 self._logger.warning(call_line(request_id, failure.call, call, failure.error, trace_id))

@@ -9,7 +9,7 @@ from types import ModuleType
 
 
 class StartupRefused(RuntimeError):
-    """A startup check failed; the message names the check. The model must not serve."""
+    """The message names the check. The model must not serve."""
 
 
 def verify_snapshot_path(checkpoint: Path, revision: str) -> None:
@@ -20,7 +20,7 @@ def verify_snapshot_path(checkpoint: Path, revision: str) -> None:
 
 
 def load_inference_module(checkpoint: Path, expected_sha256: str) -> ModuleType:
-    """Execute exactly the bytes that were hashed, under a name no other module called 'inference' can clash with."""
+    """Executes exactly the bytes that were hashed, under a name no other 'inference' can clash with."""
     path = checkpoint / "inference.py"
     try:
         source = path.read_bytes()

@@ -23,7 +23,6 @@ from .settings import AUTO, Settings
 
 log = logging.getLogger("intern_decision.graphs")
 
-# Requests of a few lengths and question counts, scored eager and from the graphs by the bucketed mode's gate.
 GATE_QUESTIONS = {
     "approve": {"type": "choice", "instructions": "Approve the refund?",
                 "criteria": {"approve": "Approve it.", "reject": "Reject it.", "escalate": "Ask a person."}},
@@ -41,19 +40,19 @@ def gate_requests(warm_up: dict) -> list[dict]:
 
 @dataclass(frozen=True)
 class GraphState:
-    mode: str  # off | exact | bucketed: what served at the end of start-up
-    reason: str  # why graphs are off, "" when on or not asked for
+    mode: str
+    reason: str
     runner: GraphRunner | None
 
     def facts(self) -> GraphFacts:
-        """What the graphs do now: a runner may turn off, or refuse shapes, after start-up."""
+        """A runner may turn off, or refuse shapes, after start-up."""
         if self.runner is not None:
             return self.runner.facts()
         return GraphFacts(OFF, self.reason, (), {}, 0, 0, 0)
 
 
 def compare(eager: dict, graphed: dict) -> tuple[float, list[str]]:
-    """(max |Δp| over every answer's probabilities, the questions whose label differs)."""
+    """(max |Δp|, the questions whose label differs)."""
     worst, differing = 0.0, []
     for name, answer in eager["answers"].items():
         other = graphed["answers"][name]
@@ -66,14 +65,12 @@ def compare(eager: dict, graphed: dict) -> tuple[float, list[str]]:
 @dataclass(frozen=True)
 class WarmUp:
     request: dict
-    result: dict  # predict()'s answer to it, eager
+    result: dict  # eager
 
 
 def start_graphs(torch: Any, engine: Any, settings: Settings, device: str, warm_up: WarmUp,
                  scored: Callable[[dict], Any], capture_for: Callable[[Any, str], Any] = CudaCapture) -> GraphState:
-    """Install the runner beneath engine.predict, capture every graph it will serve, and check it against the eager
-    warm-up. Whatever a graph does here (an error included) ends in graphs off, never in a model that does not load,
-    unless a mode was asked for explicitly."""
+    """Any failure here ends in graphs off, never in a model that does not load, unless a mode was asked for."""
     asked = settings.cuda_graphs
     if asked == OFF or (asked == AUTO and device == "cpu"):
         return GraphState(OFF, "", None)
@@ -91,7 +88,7 @@ def start_graphs(torch: Any, engine: Any, settings: Settings, device: str, warm_
     if runner is not None:
         try:
             reason = _check(runner, engine, settings, warm_up, scored)
-        except Exception as exc:  # the gate's own replays, guarded like the captures
+        except Exception as exc:
             reason = f"the start-up check of the graphs failed: {type(exc).__name__}: {exc}"
     if reason:
         if runner is not None:
@@ -109,12 +106,9 @@ def start_graphs(torch: Any, engine: Any, settings: Settings, device: str, warm_
 
 def _check(runner: GraphRunner, engine: Any, settings: Settings, warm_up: WarmUp,
            scored: Callable[[dict], Any]) -> str:
-    """"" when the graphs answer as the mode promises, else why not. exact: the warm-up's shapes and the configured
-    ones captured and proven, then the warm-up replayed equals eager, bit for bit. bucketed: every bucket an input
-    can fall in captured and proven, then every gate request within settings.graph_gate of eager, with the same
-    labels."""
+    """Why the graphs do not answer as the mode promises, "" when they do."""
     if runner.mode == EXACT:
-        engine.predict(warm_up.request)  # eager, uncaptured: says which shapes the warm-up's forward has
+        engine.predict(warm_up.request)  # says which shapes the warm-up's forward has
         warm_up_shapes = set(runner.uncovered)
         runner.prepare(list(settings.graph_shapes) + list(warm_up_shapes))
         if not runner.on:

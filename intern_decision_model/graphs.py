@@ -1,5 +1,5 @@
-"""CUDA graphs beneath predict(): the model's forward recorded once per input shape and replayed; predict() stays
-the checkpoint's own, and a call the runner does not cover runs eager (docs/benchmarks.md, "CUDA graphs")."""
+"""CUDA graphs beneath predict(): the model's forward recorded once per input shape and replayed; an uncovered call
+runs eager (docs/benchmarks.md, "CUDA graphs")."""
 from __future__ import annotations
 
 import contextlib
@@ -15,16 +15,16 @@ from .guard import is_out_of_memory
 log = logging.getLogger("intern_decision.graphs")
 
 OFF, EXACT, BUCKETED = "off", "exact", "bucketed"
-MAX_POSITIONS = 16  # predict() reads one position per question, and takes at most 16 questions
+MAX_POSITIONS = 16  # predict() takes at most 16 questions
 COVERED_KEYWORDS = frozenset({"input_ids", "attention_mask", "use_cache", "logits_to_keep"})
-# The mask builders the Qwen3.5 modelling calls; for one unpadded row without a cache both return None in eager.
+# For one unpadded row without a cache both return None in eager.
 MASK_BUILDERS = ("create_causal_mask", "create_recurrent_attention_mask")
 
 
 @dataclass(frozen=True, order=True)
 class Shape:
-    length: int  # input tokens, padded to the bucket in bucketed mode
-    positions: int  # positions whose logits are read (logits_to_keep)
+    length: int
+    positions: int
 
     def __str__(self) -> str:
         return f"{self.length}x{self.positions}"
@@ -38,25 +38,22 @@ class Shape:
 
 
 class Recorded(Protocol):
-    output: Any  # what the recorded forward returned; replay() writes into its tensors
+    output: Any  # replay() writes into its tensors
 
     def replay(self) -> None: ...
 
 
 class Capture(Protocol):
-    """How a forward is recorded: CudaCapture on the card, a fake in the tests."""
-
     def record(self, run: Callable[[], Any]) -> Recorded: ...
 
     def reserved_bytes(self) -> int: ...
 
 
 class CudaCapture:
-    """torch.cuda.graph on one capture stream reused for every graph, with one memory pool shared by every graph:
-    replays never overlap and each output is copied out before the next replay, so the graphs may reuse each other's
-    intermediate memory. One stream, because torch keeps a cuBLAS workspace per stream for the process's life."""
+    """One pool for every graph (replays never overlap, outputs are copied out) and one stream (torch keeps a cuBLAS
+    workspace per stream for the process's life)."""
 
-    WARMUPS = 3  # on the capture stream before capture, so that lazy initialisation and autotuning happen outside it
+    WARMUPS = 3  # lazy initialisation and autotuning happen outside the capture
 
     def __init__(self, torch: Any, device: str):
         self._torch, self._device = torch, device
@@ -71,15 +68,14 @@ class CudaCapture:
                 run()
         cuda.current_stream(self._device).wait_stream(self._stream)
         graph = cuda.CUDAGraph()
-        # thread_local: a CUDA call another thread makes meanwhile (the metrics, the stub) cannot poison the capture
+        # thread_local: another thread's CUDA call (the metrics) cannot poison the capture
         with cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
             output = run()
         graph.output = output
         return graph
 
     def reserved_bytes(self) -> int:
-        """What the allocator holds once its cache is emptied: capture empties it too, so a figure taken with cached
-        blocks in it would hide what the graph took."""
+        """Measured with the cache emptied, as capture empties it."""
         cuda = self._torch.cuda
         cuda.synchronize(self._device)
         cuda.empty_cache()
@@ -88,8 +84,7 @@ class CudaCapture:
 
 @contextlib.contextmanager
 def eager_masks(model: Any) -> Iterator[None]:
-    """Under capture the mask builders would build an explicit mask where eager builds none for an unpadded row:
-    they return None, as in eager, so that the graph records eager's kernels."""
+    """Under capture the mask builders would build a mask eager does not: they return None, as in eager."""
     modules = masking_modules(model)
     saved = [(module, name, getattr(module, name)) for module in modules for name in MASK_BUILDERS]
     try:
@@ -112,7 +107,6 @@ def masking_modules(model: Any) -> list:
 
 
 def unsupported(model: Any) -> str:
-    """Why the runner cannot cover this model, or "" when it can."""
     config = getattr(model, "config", None)
     implementation = getattr(getattr(config, "get_text_config", lambda: config)(), "_attn_implementation", None)
     if implementation != "sdpa":
@@ -127,33 +121,28 @@ def bucket_for(length: int, buckets: tuple[int, ...]) -> int | None:
 
 
 def buckets_needed(buckets: tuple[int, ...], max_tokens: int) -> list[int]:
-    """The buckets an input of at most max_tokens can fall in."""
     largest = bucket_for(max_tokens, buckets)
     return [bucket for bucket in sorted(buckets) if bucket < max_tokens] + ([largest] if largest else [])
 
 
 def logit_tolerance(gate: float) -> float:
-    """The most any logit may move so that no probability the readout takes moves by more than `gate`: a softmax over
-    any subset of the logits, at any temperature ≥ 1, moves each probability p by at most p·(e^(2δ) − 1) when every
-    logit moves by at most δ."""
+    """A softmax (temperature ≥ 1) moves each p by at most p·(e^(2δ) − 1) when every logit moves by at most δ."""
     return math.log1p(gate) / 2
 
 
-# Why a shape is served eager although its graph was asked for.
 OUT_OF_MEMORY, BUDGET, DIFFERS = "out_of_memory", "budget", "differs"
 REFUSALS = (OUT_OF_MEMORY, BUDGET, DIFFERS)
 
 
 @dataclass(frozen=True)
 class GraphFacts:
-    """What the graphs do now, for /health's metrics: read live, after start-up as well."""
-    mode: str  # off | exact | bucketed: what serves now
-    reason: str  # why graphs are off, "" when on or never asked for
-    captured: tuple[Shape, ...]  # captured and proven against eager: the shapes replayed
-    refused: dict[Shape, str]  # shape -> out_of_memory | budget | differs: eager for good
-    memory_bytes: int  # what the graphs' captures took from the allocator
-    replayed: int  # forward calls replayed from a graph
-    eager: int  # forward calls run eager under the runner (not covered, or a shape without a graph)
+    mode: str
+    reason: str  # "" when on or never asked for
+    captured: tuple[Shape, ...]
+    refused: dict[Shape, str]  # eager for good
+    memory_bytes: int
+    replayed: int
+    eager: int
 
     def refused_by_kind(self) -> dict[str, int]:
         return {kind: sum(1 for why in self.refused.values() if why == kind) for kind in REFUSALS}
@@ -176,10 +165,9 @@ class Graph:
         self._recorded = capture.record(run)
 
     def run(self, input_ids: Any, positions: Any) -> Any:
-        """The forward of this call, replayed: its output type, logits for exactly its positions."""
         length, count = input_ids.shape[1], positions.shape[0]
         self.input_ids[:, :length].copy_(input_ids)
-        if length < self.shape.length:  # right padding: causal layers leave the first `length` positions as they are
+        if length < self.shape.length:  # causal layers leave the first `length` positions as they are
             self.input_ids[:, length:].fill_(self._pad_id)
         self.positions[:count].copy_(positions)
         if count < self.shape.positions:
@@ -190,11 +178,7 @@ class Graph:
 
 
 class GraphRunner:
-    """Wraps model.forward: a call whose shape has a proven graph is replayed from it, any other call runs eager.
-
-    Graphs are captured by prepare(), at start-up, never on the serving path; a graph is kept only once a replay of it
-    equalled the eager forward of the same inputs (bit for bit in exact mode, within logit_tolerance(gate) in
-    bucketed mode, whose padded inputs change every GEMM's shape)."""
+    """Wraps model.forward: a shape with a proven graph is replayed, any other call runs eager."""
 
     def __init__(self, torch: Any, model: Any, capture: Capture, mode: str, budget_bytes: int,
                  buckets: tuple[int, ...] = (), gate: float = 0.01):
@@ -206,10 +190,10 @@ class GraphRunner:
         self._eager = model.forward
         self._device = next(model.parameters()).device
         self._pad_id = int(getattr(getattr(model, "config", None), "pad_token_id", None) or 0)
-        self.graphs: dict[Shape, Graph] = {}  # proven: the only graphs replayed
-        self.refused: dict[Shape, str] = {}  # shape -> out_of_memory | budget | differs: eager for good
-        self.uncovered: Counter[Shape] = Counter()  # covered calls of a shape without a graph, by shape
-        self.calls: Counter[str] = Counter(replayed=0, eager=0, captured=0)  # every key present: read live elsewhere
+        self.graphs: dict[Shape, Graph] = {}
+        self.refused: dict[Shape, str] = {}
+        self.uncovered: Counter[Shape] = Counter()
+        self.calls: Counter[str] = Counter(replayed=0, eager=0, captured=0)  # every key present: read live
         self.memory_bytes = 0
         self.off_reason = ""
         self._paused = False
@@ -237,7 +221,6 @@ class GraphRunner:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Every call inside runs eager: the reference a gate compares against."""
         self._paused = True
         try:
             yield
@@ -251,9 +234,7 @@ class GraphRunner:
         return None if bucket is None else Shape(bucket, MAX_POSITIONS)
 
     def prepare(self, shapes: list[Shape]) -> None:
-        """Capture and prove these shapes now, the largest first, so that the smaller ones reuse its memory. A shape
-        that does not fit (out of memory, or the budget reached) or whose replay differs from eager stays eager; any
-        other failure turns every graph off."""
+        """The largest first, so that the smaller ones reuse its memory."""
         for shape in sorted(set(shapes), reverse=True):
             if not self.on:
                 return
@@ -276,7 +257,7 @@ class GraphRunner:
         if graph is not None:
             try:
                 output = graph.run(input_ids, positions)
-            except Exception as exc:  # the call is still answered, eager; no graph is trusted after this
+            except Exception as exc:  # answered eager; no graph is trusted after this
                 self.turn_off(f"replaying {shape} failed: {_first_line(exc)}")
             else:
                 self.calls["replayed"] += 1
@@ -285,10 +266,9 @@ class GraphRunner:
         return self._eager(*args, **kwargs)
 
     def _covered(self, args: tuple, kwargs: dict) -> tuple[Shape, Any, Any] | None:
-        """(shape, input ids, positions) of a call the graphs can replay, else None."""
         if args or self._paused or not self.on or not COVERED_KEYWORDS.issuperset(kwargs):
             return None
-        if self._torch.is_grad_enabled():  # a forward for autograd is not one to replay
+        if self._torch.is_grad_enabled():
             return None
         tensor = self._torch.Tensor
         input_ids, mask, positions = (kwargs.get(name) for name in ("input_ids", "attention_mask", "logits_to_keep"))
@@ -311,14 +291,14 @@ class GraphRunner:
     def _capture_and_prove(self, shape: Shape) -> None:
         before = self._capture.reserved_bytes()
         try:
-            # normal tensors, not inference ones: predict() may score under no_grad as well as inference_mode
+            # not inference tensors: predict() may score under no_grad as well as inference_mode
             with self._torch.inference_mode(False), self._torch.no_grad():
                 graph = Graph(self._torch, self._eager, shape, self._device, self._pad_id, self._capture,
                               lambda: eager_masks(self._model))
                 self.calls["captured"] += 1
                 worst = self._replay_against_eager(graph)
         except Exception as exc:
-            if is_out_of_memory(exc, self._torch):  # this shape does not fit under the cap; the others still may
+            if is_out_of_memory(exc, self._torch):  # the other shapes still may fit
                 self._refuse(shape, OUT_OF_MEMORY, _first_line(exc))
             else:
                 self.turn_off(f"capturing {shape} failed: {_first_line(exc)}")
@@ -333,8 +313,7 @@ class GraphRunner:
         log.info("CUDA graph captured and proven for %s (%d MiB in all)", shape, self.memory_bytes >> 20)
 
     def _replay_against_eager(self, graph: Graph) -> float:
-        """The largest |Δ| between a replay's logits and eager's, on the same inputs: ids drawn at random (a fixed
-        seed), so that a replay that did not recompute shows."""
+        """Max |Δ| of the logits on random ids (fixed seed), so that a replay that did not recompute shows."""
         torch, shape = self._torch, graph.shape
         generator = torch.Generator().manual_seed(shape.length * 131 + shape.positions)
         vocabulary = int(self._model.get_input_embeddings().num_embeddings)

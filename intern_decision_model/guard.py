@@ -1,5 +1,4 @@
-"""One predict() call with the contract's failure handling and memory release (INV-4): OutOfMemory and ScoringFailed
-raised unchained once the failed call's memory is freed, ValueError passed through; the same code runs on the CPU."""
+"""One predict() call with the contract's failure handling and memory release (INV-4); the same code on the CPU."""
 from __future__ import annotations
 
 import gc
@@ -13,11 +12,11 @@ Result = TypeVar("Result")
 
 
 class OutOfMemory(Exception):
-    """The device ran out of memory during a call; the process has released what it could and keeps serving."""
+    """Raised once the failed call's memory is released; the process keeps serving."""
 
 
 class ScoringFailed(Exception):
-    """Any other failure of a call, except the model's ValueError."""
+    """Any other failure but ValueError, which passes through."""
 
 
 def is_out_of_memory(exc: BaseException, torch: Any) -> bool:
@@ -54,7 +53,6 @@ class CallGuard:
         return int(self._torch.cuda.memory_allocated(self._device)) if self.on_cuda else 0
 
     def peak_reserved_bytes(self) -> int:
-        """The most memory reserved at any moment since startup (0 on the CPU)."""
         return int(self._torch.cuda.max_memory_reserved(self._device)) if self.on_cuda else 0
 
     def mark_baseline(self) -> None:
@@ -66,7 +64,6 @@ class CallGuard:
             self._torch.cuda.empty_cache()
 
     def trim(self) -> None:
-        """Empty the cache when a call left reserved memory more than the slack above the baseline."""
         if self.on_cuda and self._baseline is not None:
             if self.reserved_bytes() - self._baseline > self._slack:
                 self._torch.cuda.empty_cache()
@@ -82,8 +79,8 @@ class CallGuard:
         else:
             self.trim()
             return result
-        # Leaving the except clause dropped the last reference to the exception, its traceback and so the failed
-        # call's frames and tensors; only now can the allocator give their memory back.
+        # Only once the except clause dropped the traceback (the failed call's frames and tensors) can the
+        # allocator give their memory back.
         self.release()
         raise failure from None
 

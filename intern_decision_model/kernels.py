@@ -1,6 +1,5 @@
-"""The one kernel probe: whether the linear-attention layers run the fast kernels (flash-linear-attention,
-causal-conv1d) or transformers' reference path, which it falls back to silently, read from the closure the layers
-call, not from what is installed."""
+"""Whether the linear-attention layers run the fast kernels or transformers' silent reference fallback, read from
+the closure the layers call, not from what is installed."""
 from __future__ import annotations
 
 import importlib
@@ -9,9 +8,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable
 
-# import name -> the distributions that provide it (fla-core carries fla's kernels since 0.3)
+# fla-core carries fla's kernels since 0.3
 PACKAGES = {"fla": ("flash-linear-attention", "fla-core"), "causal_conv1d": ("causal-conv1d",)}
-# The module-level functions a linear-attention layer's prefill forward calls, and the package each one binds to.
 KERNEL_FUNCTIONS = {"causal_conv1d_fn": "causal_conv1d", "torch_chunk_gated_delta_rule": "fla"}
 LINEAR_ATTENTION_SUFFIX = "GatedDeltaNet"
 QWEN3_5_MODELING = "transformers.models.qwen3_5.modeling_qwen3_5"
@@ -23,11 +21,11 @@ FAST, REFERENCE, MIXED, UNKNOWN, NONE = "fast", "reference", "mixed", "unknown",
 class KernelFacts:
     fla_version: str  # "" when it does not import
     causal_conv1d_version: str
-    linear_attention: str  # fast | reference | mixed | unknown | none (the model has no linear-attention layers)
+    linear_attention: str
 
 
 def package_version(name: str) -> str:
-    """"" when it does not import (a broken build raises anything), "unknown" when it imports without saying."""
+    """"" when it does not import (a broken build raises anything)."""
     try:
         module = importlib.import_module(name)
     except Exception:
@@ -44,7 +42,6 @@ def package_version(name: str) -> str:
 
 
 def _choice(function: Callable) -> tuple[str, str]:
-    """(fast | reference | unknown, the module of the bound implementation), read from the closures."""
     seen, pending = set(), [function]
     while pending:
         current = pending.pop()
@@ -57,7 +54,7 @@ def _choice(function: Callable) -> tuple[str, str]:
             for name, cell in zip(code.co_freevars, closure):
                 try:
                     cells[name] = cell.cell_contents
-                except ValueError:  # an empty cell
+                except ValueError:
                     continue
         if "is_new_implementation" in cells:
             bound = cells.get("implementation")
@@ -69,12 +66,10 @@ def _choice(function: Callable) -> tuple[str, str]:
 
 
 def implementation_of(function: Callable) -> str:
-    """fast, reference or unknown: what transformers resolved the kernel function to."""
     return _choice(function)[0]
 
 
 def bound_module(function: Callable) -> str:
-    """The module of the implementation transformers bound ("" when unknown), for reports."""
     return _choice(function)[1]
 
 
@@ -86,12 +81,10 @@ def combine(paths) -> str:
 
 
 def module_paths(module: Any) -> dict[str, str]:
-    """{kernel function: fast | reference | unknown} for one modelling module."""
     return {name: implementation_of(getattr(module, name)) for name in KERNEL_FUNCTIONS if hasattr(module, name)}
 
 
 def linear_attention_path(model: Any) -> str:
-    """The path the model's own linear-attention layers run: fast, reference, mixed, unknown or none."""
     modules = {type(layer).__module__ for layer in model.modules()
                if type(layer).__name__.endswith(LINEAR_ATTENTION_SUFFIX)}
     if not modules:
@@ -100,7 +93,7 @@ def linear_attention_path(model: Any) -> str:
 
 
 def qwen3_5_paths() -> dict[str, str]:
-    """Without a model: what transformers' Qwen3.5 modelling bound, per kernel function (importing it binds)."""
+    """Without a model (importing the modelling binds)."""
     return module_paths(importlib.import_module(QWEN3_5_MODELING))
 
 
@@ -109,7 +102,6 @@ def qwen3_5_path() -> str:
 
 
 def report(model: Any | None = None) -> dict:
-    """Everything the probe knows, as plain data: the packages, each function's choice and module, the path."""
     module = importlib.import_module(QWEN3_5_MODELING)
     functions = {name: dict(zip(("path", "bound"), _choice(getattr(module, name))))
                  for name in KERNEL_FUNCTIONS if hasattr(module, name)}
@@ -123,7 +115,6 @@ def kernel_facts(model: Any) -> KernelFacts:
 
 
 def slow_path_refusal(facts: KernelFacts, device: str, allowed: bool) -> str | None:
-    """Why a CUDA model may not serve on these kernels, or None. The CPU never has the fast path."""
     if not device.startswith("cuda") or allowed or facts.linear_attention in (FAST, NONE):
         return None
     return (f"kernel check failed: the linear-attention layers run the {facts.linear_attention} path "

@@ -1,5 +1,5 @@
-"""The model's own series on Triton's metrics port (docs/operations.md, "The model's series"). Every update is a
-round trip from the stub to the server, so one thread applies them off the response path (as NVIDIA's vLLM backend)."""
+"""The model's own series on Triton's metrics port (docs/operations.md, "The model's series"); each update is a
+round trip to the server, so one thread applies them off the response path."""
 from __future__ import annotations
 
 import logging
@@ -68,7 +68,7 @@ class ModelMetrics:
         self._memory = [memory.Metric(labels={**base, "kind": kind}) for kind in MEMORY_KINDS]
         self._memory_shown: tuple[int, ...] | None = None
         self._read_memory = read_memory
-        self._baseline = memory.Metric(labels={**base, "kind": "baseline"})  # kept referenced, like the families
+        self._baseline = memory.Metric(labels={**base, "kind": "baseline"})
         self._read_baseline = read_baseline
         self._baseline_shown = read_baseline()
         self._baseline.set(self._baseline_shown)
@@ -87,11 +87,9 @@ class ModelMetrics:
         self._thread.start()
 
     def record(self, calls: list[CallRecord]) -> None:
-        """Queue one request's calls; returns at once."""
         self._queue.put(calls)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Apply what is queued, then stop the thread."""
         self._queue.put(None)
         self._thread.join(timeout)
 
@@ -99,7 +97,7 @@ class ModelMetrics:
         while (calls := self._queue.get()) is not None:
             try:
                 self._apply(calls)
-            except Exception:  # a metric must never stop the metrics
+            except Exception:
                 log.exception("metrics update failed")
 
     def _apply(self, calls: list[CallRecord]) -> None:
@@ -109,7 +107,7 @@ class ModelMetrics:
             if call.input_tokens is not None:
                 self._tokens.observe(call.input_tokens)
         memory = tuple(self._read_memory())
-        if memory != self._memory_shown:  # unchanged gauges (always, on the CPU) skip their round trips
+        if memory != self._memory_shown:  # skips the round trips (always, on the CPU)
             for gauge, value in zip(self._memory, memory):
                 gauge.set(value)
             self._memory_shown = memory
@@ -120,7 +118,6 @@ class ModelMetrics:
         self._show_graphs()
 
     def _show_graphs(self) -> None:
-        """The graphs' live facts: a mode turned off, a shape refused or the calls replayed since the last update."""
         now, shown = self._read_graphs(), self._graphs_shown
         if shown is None or (now.mode, now.reason) != (shown.mode, shown.reason):
             if self._graph_mode is not None:

@@ -1,6 +1,5 @@
-"""INV-5, no network: the environment that keeps huggingface_hub and transformers off every hub. Standard library only,
-so that whatever loads a checkpoint can apply it before torch or transformers are imported. model.py sets the same
-two variables itself, as its first statements (tests/unit/test_engine_load.py holds it to them)."""
+"""INV-5, no network: the environment that keeps huggingface_hub and transformers off every hub; standard library
+only, so that it applies before they are imported (model.py sets the same two variables first)."""
 from __future__ import annotations
 
 import os

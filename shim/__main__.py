@@ -1,5 +1,4 @@
-"""python -m shim [--host H] [--port P]: the shim under uvicorn, one worker (INV-2), its metrics on a port of their
-own; the settings are validated before the server starts."""
+"""python -m shim [--host H] [--port P]: the shim under uvicorn, one worker (INV-2), its metrics on their own port."""
 from __future__ import annotations
 
 import argparse
@@ -42,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                    shim_metrics)
     finally:
         if provider is not None:
-            provider.shutdown()  # the spans still queued are sent
+            provider.shutdown()  # sends the spans still queued
     return 0
 
 

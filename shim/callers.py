@@ -1,6 +1,5 @@
-"""Who a request comes from, for the model's turns, a named key's share and the per-caller series
-(docs/operations.md, "Callers"). Without API_KEYS_FILE a caller is a source address (an IPv4 address, an IPv6 /64);
-with it, a caller is the key it presented, and API_TOKEN is the one caller named DEFAULT_CALLER."""
+"""Who a request comes from: its source address, or with API_KEYS_FILE the key it presented (docs/operations.md,
+"Callers")."""
 from __future__ import annotations
 
 import hashlib
@@ -11,8 +10,8 @@ from pathlib import Path
 
 from wire.env import PREFIX
 
-DEFAULT_CALLER = "default"  # API_TOKEN (and API_TOKEN_NEXT) when named keys are configured
-UNNAMED = "none"  # the series' label of a request that presented no accepted token
+DEFAULT_CALLER = "default"  # API_TOKEN's name beside named keys
+UNNAMED = "none"
 MAX_KEYS = 64  # the per-caller series' label set stays bounded
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -22,8 +21,8 @@ _FIELDS = {"name", "sha256", "share"}
 @dataclass(frozen=True)
 class ApiKey:
     name: str
-    sha256: bytes  # of the token, as presented after "Bearer "
-    share: int | None = None  # places of the queue it may hold while another caller waits; None: no share
+    sha256: bytes
+    share: int | None = None  # places of the queue it may hold while another caller waits
 
 
 def token_digest(token: bytes) -> bytes:
@@ -31,8 +30,6 @@ def token_digest(token: bytes) -> bytes:
 
 
 def read_keys_file(path: str, max_queue: int) -> tuple[ApiKey, ...]:
-    """The keys of API_KEYS_FILE (TOML, one [[key]] table each: name, sha256, optional share); () when unset. A bad
-    file stops the start with a ValueError naming the variable and the key."""
     if not path:
         return ()
     variable = f"{PREFIX}API_KEYS_FILE"

@@ -41,7 +41,7 @@ class ShimMetrics:
                                            buckets=CALLS_BUCKETS, registry=self.registry)
         self.model_up = Gauge(prefix + "model_up", "1 when the last health check found the model usable, else 0",
                               registry=self.registry)
-        # Children bound once: labels() takes a lock and builds a key on every call.
+        # bound once: labels() takes a lock and builds a key on every call
         self._triton_errors = {kind: triton_errors.labels(kind) for kind in TRITON_ERROR_KINDS}
         self._routes: frozenset[str] = frozenset()
         self._seconds_by_route = {OTHER_ROUTE: self._seconds.labels(OTHER_ROUTE)}
@@ -49,7 +49,6 @@ class ShimMetrics:
         self._by_caller_label: dict[tuple, Counter] = {}
 
     def watch_connections(self, roster, limit: int | None) -> None:
-        """Read from the server's roster at each scrape, so that an alert can say when the pool nears full."""
         prefix = "intern_decision_shim_"
         Gauge(prefix + "connections_open", "Connections open to the shim's API port",
               registry=self.registry).set_function(lambda: len(roster))
@@ -70,7 +69,7 @@ class ShimMetrics:
 
     def answered(self, route: str, status: int, seconds: float, caller: str = UNNAMED) -> None:
         _bound(self._requests_by_label, self._requests, route, status).inc()
-        _bound(self._by_caller_label, self._by_caller, caller, status).inc()  # callers: API_KEYS_FILE's names
+        _bound(self._by_caller_label, self._by_caller, caller, status).inc()
         self._seconds_by_route[route].observe(seconds)
         if status == 429:
             self._busy.inc()
@@ -81,7 +80,6 @@ class ShimMetrics:
 
 
 def _bound(children: dict[tuple, Counter], counter: Counter, *labels: object) -> Counter:
-    """The counter's child for these labels, bound once: labels() takes a lock and builds a key on every call."""
     child = children.get(labels)
     if child is None:
         child = children[labels] = counter.labels(*map(str, labels))

@@ -1,5 +1,5 @@
-"""The metrics' own HTTP server: prometheus-client's WSGI app on wsgiref, a thread per connection, every connection
-bounded in time and number, per address too (docs/operations.md, "Reliability and limits")."""
+"""The metrics' own HTTP server: prometheus-client's WSGI app on wsgiref, each connection bounded in time and
+number, per address too (docs/operations.md, "Reliability and limits")."""
 from __future__ import annotations
 
 import collections
@@ -17,8 +17,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from .server.roster import source_of
 
-# A scrape takes milliseconds, and Prometheus waits 10 s at most (its default scrape_timeout).
-DEADLINE_SECONDS = 10.0
+DEADLINE_SECONDS = 10.0  # Prometheus's default scrape_timeout
 FIRST_BYTE_SECONDS = 2.0
 MAX_CONNECTIONS = 8
 MAX_PER_PEER = 2
@@ -27,7 +26,7 @@ _BUSY_ANSWER = (b"HTTP/1.0 503 Service Unavailable\r\ncontent-type: text/plain\r
 
 
 class _DeadlineReader(io.RawIOBase):
-    """Each read allowed what is left of the connection's deadline; the first, what is left of the sooner `first`."""
+    """The first read has until `first`, the others until the connection's deadline."""
 
     def __init__(self, sock: socket.socket, deadline: float, first: float):
         self._sock = sock
@@ -40,7 +39,7 @@ class _DeadlineReader(io.RawIOBase):
     def readinto(self, buffer) -> int:
         self._sock.settimeout(_left(self._deadline))
         read = self._sock.recv_into(buffer)
-        self._deadline = self._whole  # past the first byte, the whole exchange's deadline
+        self._deadline = self._whole
         return read
 
 
@@ -56,7 +55,7 @@ class _DeadlineWriter(io.RawIOBase):
         self._sock.settimeout(_left(self._deadline))
         try:
             self._sock.sendall(data)
-        except TimeoutError:  # the reader is too slow: the same as gone (wsgiref drops the connection quietly)
+        except TimeoutError:  # as a reader gone, which wsgiref drops quietly
             raise ConnectionAbortedError("the metrics connection's deadline passed") from None
         return len(data)
 
@@ -84,7 +83,7 @@ class _Handler(WSGIRequestHandler):
             self.server.request_read(self.request)
         return whole
 
-    def log_message(self, format, *args) -> None:  # no access log: Prometheus scrapes every few seconds
+    def log_message(self, format, *args) -> None:
         pass
 
 
@@ -93,15 +92,14 @@ class _Held:
     source: str
     sock: socket.socket
     opened_at: float
-    read_whole: bool = False  # its request head is in: it is being answered, and never gives way
+    read_whole: bool = False  # being answered: never gives way
 
 
 class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
-    """A connection's deadline runs from its accept to its answer's last byte; when full, the heaviest source's oldest
-    connection still sending its request gives way to a lighter source's (docs/operations.md)."""
+    """When full, the heaviest source's oldest connection still sending its request gives way to a lighter source."""
 
     daemon_threads = True
-    request_queue_size = 128  # socketserver's 5 drops a burst of connects' SYNs: a scrape then waits seconds
+    request_queue_size = 128  # socketserver's 5 drops a burst's SYNs: a scrape then waits seconds
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, deadline_seconds: float,
                  max_connections: int, max_per_peer: int = MAX_PER_PEER):
@@ -126,13 +124,12 @@ class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
                 del self._held[giving.sock]
                 self._per_source[giving.source] -= 1
                 with contextlib.suppress(OSError):
-                    giving.sock.shutdown(socket.SHUT_RDWR)  # its thread sees the close and ends
+                    giving.sock.shutdown(socket.SHUT_RDWR)
             self._held[request] = _Held(source, request, time.monotonic())
             self._per_source[source] += 1
             return True
 
     def _giving_way(self, mine: int) -> _Held | None:
-        """The oldest connection still sending its request, of the source holding the most, if it holds more."""
         waiting = [held for held in self._held.values() if not held.read_whole]
         if not waiting:
             return None
@@ -180,14 +177,12 @@ class BoundedMetricsServer(ThreadingMixIn, WSGIServer):
             self._release(request)
 
     def handle_error(self, request, client_address) -> None:
-        """A client gone, or out of time, is no error of the server's."""
         if not isinstance(sys.exc_info()[1], OSError):
             super().handle_error(request, client_address)
 
 
 def serve(registry: CollectorRegistry, host: str, port: int, deadline_seconds: float = DEADLINE_SECONDS,
           max_connections: int = MAX_CONNECTIONS, max_per_peer: int = MAX_PER_PEER) -> BoundedMetricsServer:
-    """Served from a daemon thread (and one per connection); OSError when the port cannot be bound."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
     server = BoundedMetricsServer((host, port), family, deadline_seconds, max_connections, max_per_peer)
     server.set_app(make_wsgi_app(registry))

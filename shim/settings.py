@@ -15,22 +15,20 @@ from .callers import ApiKey, read_keys_file
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+")
 MIN_TOKEN_LENGTH = 32
-# A host that listens on every address, and the loopback its metrics default to.
+# The metrics of a shim listening on every address default to the loopback.
 _EVERY_ADDRESS = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1", "[::]": "::1"}
 _MODEL_NAME = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 @dataclass(frozen=True)
 class ShimSettings:
-    """Each default is written once, in its field; from_env reads the variables and falls back on the fields."""
-
     api_token: str
     triton_api_key: str
     # docker/multi_gpu.py sizes the balancer and the grace periods by these defaults.
     max_decisions: int = 64
     max_body_bytes: int = 1024 * 1024
     max_queue: int = 32
-    max_queue_per_peer: int = 0  # opt-in (docs/differences-from-semif.md): 0, no source's share of the queue
+    max_queue_per_peer: int = 0  # opt-in (docs/differences-from-semif.md)
     triton_url: str = "127.0.0.1:8000"
     metrics_url: str = "http://127.0.0.1:8002/metrics"
     model_name: str = "intern_decision"
@@ -55,11 +53,11 @@ class ShimSettings:
     metrics_host: str = ""
     metrics_port: int = 9464
     otlp_endpoint: str | None = None
-    api_keys: tuple[ApiKey, ...] = ()  # API_KEYS_FILE's named callers; none: API_TOKEN is the one caller
+    api_keys: tuple[ApiKey, ...] = ()  # none: API_TOKEN is the one caller
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
-        """Where the metrics are served; None when they are off."""
+        """None when the metrics are off."""
         if self.metrics_port == 0:
             return None
         return self.metrics_host or _EVERY_ADDRESS.get(self.host, self.host), self.metrics_port
@@ -69,7 +67,7 @@ class ShimSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], host: str | None = None, port: str | None = None) -> "ShimSettings":
-        """host, port: the command line's --host and --port, when given, in place of HOST and PORT."""
+        """host, port: the command line's, in place of HOST and PORT."""
         listen = listen_port(env, "PORT", cls.port, given=port)
         token = _secret(env, "API_TOKEN")
         triton_api_key = _secret(env, "TRITON_API_KEY")
@@ -141,7 +139,7 @@ def _metrics_port(env: Mapping[str, str], listen: int, default: int) -> int:
 
 
 def _secret(env: Mapping[str, str], name: str) -> str:
-    """A required secret: at least MIN_TOKEN_LENGTH visible ASCII characters; the message never shows it."""
+    """The message never shows it."""
     value = get(env, name)
     if not value:
         raise ValueError(f"{PREFIX}{name} is required")
@@ -157,7 +155,7 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
 
 
 def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
-    """A switch: 1 on, 0 off, unset the default (the dev stack reads PLAYGROUND by this rule too)."""
+    """The dev stack reads PLAYGROUND by this rule too."""
     raw = get(env, name)
     if raw == "":
         return default
@@ -167,7 +165,6 @@ def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _model_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """Comma-separated names, each visible ASCII without a comma (1..128 characters), none twice."""
     raw = get(env, name)
     if raw.strip() == "":
         return ()
@@ -182,7 +179,6 @@ def _model_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 
 def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """Comma-separated IP addresses or CIDR networks ("10.0.0.7, 10.0.1.0/24"), each normalized."""
     raw = get(env, name)
     if raw.strip() == "":
         return ()

@@ -1,2 +1,1 @@
-"""The wire protocol between the shim and the model, imported by both sides (standard library only).
-Its map: docs/architecture.md, "Package maps"."""
+"""The wire protocol between the shim and the model, imported by both sides (standard library only)."""

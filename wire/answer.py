@@ -1,5 +1,4 @@
-"""One call's answer: what the model writes for a call, and the typed object the shim reads it into once; every
-number is predict()'s own (INV-1)."""
+"""One call's answer, as the model writes it and the shim reads it; every number is predict()'s own (INV-1)."""
 from __future__ import annotations
 
 import math
@@ -9,18 +8,17 @@ from typing import Any
 CHOICE, SCORE, NOUL = "choice", "score", "noul"
 ANSWER_TYPES = (CHOICE, SCORE, NOUL)
 
-# The keys the model adds to predict()'s output, one place for both sides.
+# added to predict()'s output by the model
 PROMPT_SHA256 = "prompt_sha256"
 PROMPT_VERSION = "prompt_version"
 MODEL_FACTS = "model_facts"
 
 
 class AnswerUnreadable(ValueError):
-    """The model's answer lacks something or holds a mistyped value; never guessed."""
+    """Never guessed."""
 
 
 def written(predicted: dict, prompt_sha256: str, prompt_version: str, model_facts: dict) -> dict:
-    """The model side: predict()'s output for one call, as it goes on the wire."""
     predicted[PROMPT_SHA256] = prompt_sha256
     predicted[PROMPT_VERSION] = prompt_version
     predicted[MODEL_FACTS] = model_facts
@@ -28,16 +26,13 @@ def written(predicted: dict, prompt_sha256: str, prompt_version: str, model_fact
 
 
 def input_tokens(predicted: dict) -> int:
-    """The model side's read of what the shim reads as `CallAnswer.input_tokens`, as predict() wrote it."""
     return predicted["usage"]["input_tokens"]
 
 
 @dataclass(frozen=True)
 class QuestionAnswer:
-    """predict()'s answer to one question; `native` is its answer object unchanged."""
-
     type: str
-    probabilities: dict[str, float]  # per option value, in option order
+    probabilities: dict[str, float]  # in option order
     confidence: float
     native: dict
 
@@ -49,8 +44,8 @@ class ChoiceAnswer(QuestionAnswer):
 
 @dataclass(frozen=True)
 class ScoreAnswer(QuestionAnswer):
-    score: float  # the probability-weighted level, which may fall between levels
-    legend: dict[str, str]  # level ("0".."n-1") -> its description
+    score: float  # may fall between levels
+    legend: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -60,7 +55,7 @@ class NoulAnswer(QuestionAnswer):
 
 @dataclass(frozen=True)
 class CallAnswer:
-    answers: dict[str, QuestionAnswer]  # by the call's field names, in the call's order
+    answers: dict[str, QuestionAnswer]  # in the call's order
     input_tokens: int
     output_tokens: int
     inference_ms: float
@@ -71,7 +66,6 @@ class CallAnswer:
 
     @classmethod
     def read(cls, value: Any) -> "CallAnswer":
-        """The shim side; AnswerUnreadable naming what is missing or mistyped."""
         answer = _mapping(value, "the answer")
         usage = _mapping(_key(answer, "usage", "the answer"), "usage")
         timing = _mapping(_key(answer, "timing", "the answer"), "timing")

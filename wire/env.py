@@ -1,5 +1,5 @@
-"""How an INTERN_DECISION_* value is read, one rule each, for both sides' settings (a bad value is a ValueError
-naming the variable), and what a port number and a host:port address are."""
+"""How an INTERN_DECISION_* value is read, for both sides' settings: a bad value is a ValueError naming the
+variable."""
 from __future__ import annotations
 
 import math
@@ -12,7 +12,6 @@ MAX_PORT = 65535
 
 
 def get(env: Mapping[str, str], name: str) -> str:
-    """INTERN_DECISION_<name>, or "" when unset."""
     return env.get(PREFIX + name, "")
 
 
@@ -26,7 +25,6 @@ def integer(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -
 
 
 def positive_number(env: Mapping[str, str], name: str, what: str) -> float | None:
-    """A finite number > 0, or None when unset; `what` follows "must be a finite number" in the message."""
     raw = get(env, name)
     if raw == "":
         return None
@@ -40,7 +38,6 @@ def positive_number(env: Mapping[str, str], name: str, what: str) -> float | Non
 
 
 def port_number(raw: str, lowest: int = 1) -> int | None:
-    """raw as a TCP port, ASCII digits in lowest..65535; None when it is not one (the caller names the variable)."""
     if not _DIGITS.fullmatch(raw) or not lowest <= int(raw) <= MAX_PORT:
         return None
     return int(raw)
@@ -48,7 +45,7 @@ def port_number(raw: str, lowest: int = 1) -> int | None:
 
 def listen_port(env: Mapping[str, str], name: str, default: int, given: str | None = None,
                 zero_means: str | None = None) -> int:
-    """`given` (a command line's value) in place of the variable; zero_means: 0 is allowed too, and means that."""
+    """zero_means: 0 is allowed too, and means that."""
     raw = given or get(env, name) or str(default)
     port = port_number(raw, lowest=0 if zero_means else 1)
     if port is None:
@@ -58,6 +55,5 @@ def listen_port(env: Mapping[str, str], name: str, default: int, given: str | No
 
 
 def host_port(address: str) -> tuple[str, int]:
-    """'host:port' or '[IPv6]:port' as (host, port), the brackets dropped."""
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)

@@ -1,5 +1,5 @@
-"""Triton's liveness verdict, up, busy or down: a ping that timed out behind a long request is told apart from a hung
-model by the calls counter (docs/operations.md, "When the model process dies"); standard library only."""
+"""Triton's liveness, up, busy or down: a ping timed out behind a long request is told from a hung model by the
+calls counter (docs/operations.md, "When the model process dies"); standard library only."""
 from __future__ import annotations
 
 import re
@@ -18,9 +18,9 @@ _LABEL = re.compile(r'(?P<name>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)
 
 @dataclass(frozen=True)
 class Verdict:
-    state: str  # UP, BUSY or DOWN
-    detail: str | None = None  # why, when not UP
-    hung: bool = False  # DOWN because the ping waited its whole timeout and no call ended meanwhile
+    state: str
+    detail: str | None = None
+    hung: bool = False  # the ping timed out and no call ended meanwhile
 
     @property
     def alive(self) -> bool:
@@ -28,7 +28,6 @@ class Verdict:
 
 
 def finished_calls(metrics_text: str, model: str) -> float | None:
-    """The model's calls ended so far, every outcome together; None when the text has no such counter."""
     total = None
     for line in metrics_text.splitlines():
         match = _SAMPLE.match(line)
@@ -45,7 +44,6 @@ def finished_calls(metrics_text: str, model: str) -> float | None:
 
 
 def judge(problem: str | None, timed_out: bool, calls_before: float | None, calls_after: float | None) -> Verdict:
-    """The calls counter is read before the ping and after it timed out (None where it could not be read)."""
     if problem is None:
         return Verdict(UP)
     if not timed_out:
@@ -58,14 +56,12 @@ def judge(problem: str | None, timed_out: bool, calls_before: float | None, call
 
 
 def check(attempt: Callable[[], tuple[str | None, bool]], read_calls: Callable[[], float | None]) -> Verdict:
-    """attempt: one ping, (problem, timed_out); read_calls: the count of ended calls now, None when unreadable."""
     before = read_calls()
     problem, timed_out = attempt()
     return judge(problem, timed_out, before, read_calls() if timed_out else None)
 
 
 def read_finished_calls(metrics_url: str, model: str, timeout: float = METRICS_TIMEOUT_SECONDS) -> float | None:
-    """finished_calls from Triton's metrics endpoint (an open port: no key); None when it cannot be read."""
     try:
         with urllib.request.urlopen(metrics_url, timeout=timeout) as response:  # noqa: S310 - the operator's URL
             return finished_calls(response.read().decode("utf-8", "replace"), model)
@@ -74,6 +70,5 @@ def read_finished_calls(metrics_url: str, model: str, timeout: float = METRICS_T
 
 
 def liveness(address: str, metrics_url: str, model: str, api_key: str, timeout: float) -> Verdict:
-    """One ping, judged with the calls count of metrics_url (http://host:port/metrics)."""
     return check(lambda: wire_ping.attempt(address, model, api_key, timeout),
                  lambda: read_finished_calls(metrics_url, model))

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-# Far below what json, copy.deepcopy, the chat template or the model's own code can take, far above any real state.
+# Far below what json, deepcopy or the chat template can take, far above any real state.
 MAX_DEPTH = 64
 MAX_VALUES = 131_072
 
@@ -17,14 +17,13 @@ class NotStrictJson(ValueError):
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-# The scans of the bytes outside strings keep brackets (both kinds made one) and quotes, to tell strings apart.
 _NESTING_BYTES = bytes.maketrans(b"{}", b"[]")
 _NOT_NESTING = bytes(byte for byte in range(256) if byte not in b'[]{}"')
 _NOT_NESTING_OR_COMMA = bytes(byte for byte in range(256) if byte not in b'[]{}",')
 
 
 def _balanced_pattern(depth: int) -> re.Pattern:
-    """Matches exactly the balanced bracket strings at most `depth` deep; possessive, so a miss never backtracks."""
+    """Possessive, so a miss never backtracks."""
     pattern = b""
     for _ in range(depth):
         pattern = rb"(?:\[" + pattern + rb"\])*+"
@@ -35,8 +34,7 @@ _WITHIN_MAX_DEPTH = _balanced_pattern(MAX_DEPTH)
 
 
 def _outside_strings(raw: bytes, dropped: bytes) -> bytes:
-    """The brackets (both kinds made `[` and `]`), and what `dropped` spares, outside JSON strings, read in C: escaped
-    backslashes and quotes go first, as JSON pairs them, so that every quote left opens or closes a string."""
+    """Read in C: escaped backslashes and quotes go first, so that every quote left opens or closes a string."""
     unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
     return b"".join(unescaped.translate(_NESTING_BYTES, dropped).split(b'"')[::2])
 
@@ -48,10 +46,9 @@ def nested_too_deeply(raw: bytes) -> bool:
 
 
 def values_at_most(raw: bytes) -> int:
-    """At least as many as the values JSON text builds: one, plus one per comma and per opening bracket outside
-    strings, read in C before anything is built."""
+    """An upper bound, read in C before anything is built."""
     counted = 1 + raw.count(b",") + raw.count(b"[") + raw.count(b"{")
-    if counted <= MAX_VALUES:  # the strings' commas and brackets counted too: never fewer
+    if counted <= MAX_VALUES:  # the strings' commas counted too: never fewer
         return counted
     structure = _outside_strings(raw, _NOT_NESTING_OR_COMMA)
     return 1 + structure.count(b",") + structure.count(b"[")
@@ -95,11 +92,11 @@ def loads(raw: bytes, what: str) -> Any:
                             f"objects") from None
     except NotStrictJson:
         raise
-    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+    except ValueError as exc:  # an integer beyond Python's digit limit
         raise NotStrictJson(f"{what} is not usable JSON: {exc}") from None
     if nested_too_deeply(raw):
         raise NotStrictJson(f"{what} is nested too deeply: more than {MAX_DEPTH} levels of arrays and objects")
-    if _SURROGATE_ESCAPE.search(raw):  # escaped surrogates must pair up into real characters
+    if _SURROGATE_ESCAPE.search(raw):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
@@ -108,5 +105,4 @@ def loads(raw: bytes, what: str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """UTF-8 JSON; NaN and infinities are refused (ValueError), as is anything JSON cannot hold (TypeError)."""
     return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")

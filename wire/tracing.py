@@ -1,5 +1,5 @@
-"""Tracing's one setting for both sides: INTERN_DECISION_OTLP_ENDPOINT, the OTLP/HTTP URL spans are sent to (a
-collector's /v1/traces); unset, nothing is traced. Also tritonserver's flags that send Triton's spans there."""
+"""Tracing's one setting for both sides, INTERN_DECISION_OTLP_ENDPOINT (unset, nothing is traced), and the
+tritonserver flags that send Triton's spans there."""
 from __future__ import annotations
 
 import re
@@ -8,13 +8,12 @@ from urllib.parse import SplitResult, urlsplit
 
 from .env import PREFIX, get
 
-TRITON_SERVICE_NAME = "intern-decision-triton"  # the service.name of Triton's spans
+TRITON_SERVICE_NAME = "intern-decision-triton"
 # Triton splits --trace-config at ',' and '=': the URL may hold neither, nor spaces.
 _URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+;%-]+")
 
 
 def otlp_endpoint(env: Mapping[str, str]) -> str | None:
-    """The OTLP/HTTP traces URL, or None when tracing is off; a ValueError naming the variable when it is not one."""
     raw = get(env, "OTLP_ENDPOINT")
     if raw == "":
         return None
@@ -29,12 +28,12 @@ def otlp_endpoint(env: Mapping[str, str]) -> str | None:
 def _port_valid(parts: SplitResult) -> bool:
     try:
         return parts.port != 0
-    except ValueError:  # not a number, or past 65535
+    except ValueError:
         return False
 
 
 def triton_trace_flags(endpoint: str, service_name: str = TRITON_SERVICE_NAME) -> list[str]:
-    """Every request traced with its timestamps; one that carries a traceparent header joins the caller's trace."""
+    """A request carrying a traceparent header joins the caller's trace."""
     return [
         "--trace-config=mode=opentelemetry",
         f"--trace-config=opentelemetry,url={endpoint}",

@@ -1,5 +1,5 @@
-"""A POST's body, read at the edge so the app gets it whole, decoded and within the limits: KnownEncoding (415) from
-the headers, and BodyReader once admitted (413, 408, 422); two middlewares since admission stands between them."""
+"""A POST's body, read at the edge so the app gets it whole, decoded and within the limits; two middlewares, since
+admission stands between the encoding's check and the reading."""
 from __future__ import annotations
 
 import asyncio
@@ -48,7 +48,7 @@ class BodyReader:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        encoding = content_encoding(headers.getlist("content-encoding"))  # a known one: KnownEncoding refused others
+        encoding = content_encoding(headers.getlist("content-encoding"))  # KnownEncoding refused the others
         try:
             with span("read body"):
                 async with asyncio.timeout(self._body_timeout):
@@ -68,7 +68,7 @@ class BodyReader:
             await self.app(scope, _replay(body, receive), send)
 
     async def _read(self, receive: Receive, encoding: str, declared: int | None) -> bytes | None:
-        """None when the client went away; BodyTooLarge past MAX_BODY_BYTES, sent or decoded."""
+        """None when the client went away."""
         if declared is not None and declared > self._max_body:
             raise BodyTooLarge(sent=True)
         decoder = BodyDecoder(encoding, self._max_body, max_ratio=self._max_ratio)
@@ -82,7 +82,7 @@ class BodyReader:
             if sent > self._max_body:
                 raise BodyTooLarge(sent=True)
             for _ in decoder.steps(chunk):
-                await asyncio.sleep(0)  # the event loop runs between the decoder's steps
+                await asyncio.sleep(0)
             if not message.get("more_body", False):
                 return decoder.body()
 
@@ -95,7 +95,6 @@ class BodyReader:
 
 
 def _how(encoding: str, exc: BodyTooLarge) -> str:
-    """Which bytes were too many, for a body sent with an encoding."""
     if encoding == IDENTITY:
         return ""
     return f" as sent, before its {encoding} is decoded" if exc.sent else f" once its {encoding} is decoded"

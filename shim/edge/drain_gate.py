@@ -1,5 +1,5 @@
-"""A new POST on a shim whose drain refuses (shim/drain.py): 503 draining with Retry-After, and the connection
-closed so the client's next request opens one to another replica."""
+"""A new POST on a draining shim: 503, the connection closed so that the client's next request goes to another
+replica."""
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send

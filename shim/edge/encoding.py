@@ -1,5 +1,5 @@
-"""Request bodies with a Content-Encoding (gzip or zstd), decoded as they arrive within the body's limit and
-MAX_DECODE_RATIO, in bounded steps, in time linear in the bytes sent (docs/operations.md, "Bodies and parsing")."""
+"""Request bodies in gzip or zstd, decoded as they arrive within the body's limit and MAX_DECODE_RATIO, in bounded
+steps (docs/operations.md, "Bodies and parsing")."""
 from __future__ import annotations
 
 import sys
@@ -15,20 +15,19 @@ from ..settings import ShimSettings
 
 IDENTITY = "identity"
 ENCODINGS = ("gzip", "zstd")
-IN_SLICE = 64 * 1024  # bytes of the body given to a decompressor at once
-OUT_SLICE = 256 * 1024  # decoded bytes asked of it at once
-MAX_MEMBERS = 64  # gzip members or zstd frames in one body
-# Decoded bytes a body may always reach: the most the event loop parses itself (json_body.ON_LOOP_BYTES).
-RATIO_FLOOR = 8 * 1024
+IN_SLICE = 64 * 1024
+OUT_SLICE = 256 * 1024
+MAX_MEMBERS = 64  # gzip members or zstd frames
+RATIO_FLOOR = 8 * 1024  # json_body.ON_LOOP_BYTES: a body may always reach it, whatever the ratio
 _MEMBER_WORD = {"gzip": "members", "zstd": "frames"}
 
 
 class UnsupportedEncoding(ValueError):
-    """A Content-Encoding other than identity, gzip or zstd (415)."""
+    """415."""
 
 
 class BodyTooLarge(Exception):
-    """413: decoded, or (sent) as it came on the wire, or (ratio) past max_ratio times the bytes sent."""
+    """413."""
 
     def __init__(self, sent: bool = False, ratio: bool = False):
         super().__init__(sent, ratio)
@@ -37,19 +36,18 @@ class BodyTooLarge(Exception):
 
 
 class UndecodableBody(ValueError):
-    """The body is not a whole stream of its Content-Encoding (422)."""
+    """422."""
 
 
 class _Decompressor(Protocol):
     eof: bool
-    unused_data: bytes  # what follows the end of the stream, once eof
+    unused_data: bytes
 
     def decompress(self, data: bytes | memoryview, max_length: int = ...) -> bytes: ...
 
 
 def _input_left(decompressor: _Decompressor) -> bytes:
-    """What to give a decompressor that stopped at max_length: zlib hands back the input it did not take
-    (unconsumed_tail); zstd keeps it and continues on empty input."""
+    """zlib hands back the input it did not take; zstd keeps it and continues on empty input."""
     return getattr(decompressor, "unconsumed_tail", b"")
 
 
@@ -61,7 +59,6 @@ _DECOMPRESSORS: dict[str, Callable[[], _Decompressor]] = {"gzip": _gzip, "zstd":
 
 
 def content_encoding(values: list[str]) -> str:
-    """The one encoding named by the Content-Encoding headers (identity when none); UnsupportedEncoding else."""
     named = [token.strip().lower() for value in values for token in value.split(",") if token.strip()]
     named = [token for token in named if token != IDENTITY]
     if not named:
@@ -73,8 +70,6 @@ def content_encoding(values: list[str]) -> str:
 
 
 class BodyDecoder:
-    """Decoded bytes count against `limit` and, past RATIO_FLOOR, against `max_ratio` times the bytes fed."""
-
     def __init__(self, encoding: str, limit: int, max_members: int = MAX_MEMBERS,
                  max_ratio: int = ShimSettings.max_decode_ratio):
         self._encoding = encoding
@@ -88,7 +83,6 @@ class BodyDecoder:
         self._size = 0
 
     def feed(self, chunk: bytes) -> None:
-        """steps() run to its end at once; the body reader yields between the steps instead."""
         for _ in self.steps(chunk):
             pass
 
@@ -103,8 +97,8 @@ class BodyDecoder:
             raise UndecodableBody(f"the body is not valid {self._encoding}: {exc}") from None
 
     def _inflate(self, data: memoryview) -> Iterator[None]:
-        # Short output means the slice was all taken, room + 1 bytes is over the limit: the only input left over is
-        # what follows a member's or a frame's end (unused_data), and its length says where the next one starts.
+        # Short output: the slice was all taken; room + 1 bytes: over the limit. Input left over follows a
+        # member's end (unused_data), and its length says where the next one starts.
         offset = 0
         while offset < len(data):
             if self._decompressor.eof:
@@ -150,7 +144,6 @@ class BodyDecoder:
             self._chunks.append(chunk)
 
     def body(self) -> bytes:
-        """The decoded body once the last chunk was fed; UndecodableBody when the stream stopped short."""
         if self._decompressor is not None and not self._decompressor.eof:
             raise UndecodableBody(f"the body is not a whole {self._encoding} stream: it stops short")
         return b"".join(self._chunks)

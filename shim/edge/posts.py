@@ -1,4 +1,4 @@
-"""Which requests the edge's guards guard: an HTTP POST, asked in this one place."""
+"""Which requests the edge's guards guard, asked in this one place."""
 from __future__ import annotations
 
 from starlette.types import Scope

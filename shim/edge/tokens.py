@@ -1,6 +1,5 @@
-"""The bearer tokens a shim accepts: API_TOKEN and, during a rotation, API_TOKEN_NEXT (docs/operations.md,
-"Rotating the API token"), and API_KEYS_FILE's named keys by their SHA-256. All are compared in constant time, and
-all always, so the time a refusal takes does not say which token came close."""
+"""The bearer tokens a shim accepts (docs/operations.md, "Rotating the API token"): all compared in constant time,
+and all always, so the time a refusal takes does not say which token came close."""
 from __future__ import annotations
 
 import hmac
@@ -9,7 +8,7 @@ from starlette.datastructures import Headers
 
 from ..callers import DEFAULT_CALLER, ApiKey, token_digest
 
-_WHITESPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() strips: str.strip() would strip more (\x85, \xa0)
+_WHITESPACE = " \t\n\r\x0b\x0c"  # bytes.strip()'s: str.strip() strips more (\x85, \xa0)
 
 
 class AcceptedTokens:
@@ -18,7 +17,6 @@ class AcceptedTokens:
         self._keys = keys
 
     def caller(self, credentials: bytes) -> str | None:
-        """The caller the credentials name (DEFAULT_CALLER for API_TOKEN), or None when no token matches."""
         matches = [hmac.compare_digest(credentials, token) for token in self._tokens]
         digest = token_digest(credentials) if self._keys else b""
         named = [key.name for key in self._keys if hmac.compare_digest(digest, key.sha256)]
@@ -29,12 +27,12 @@ class AcceptedTokens:
 
 
 def bearer_credentials(headers: Headers) -> bytes | None:
-    """Exactly one Authorization header of scheme Bearer (in any case): two are never guessed between."""
+    """Exactly one Authorization header: two are never guessed between."""
     values = headers.getlist("authorization")
     if len(values) != 1:
         return None
     scheme, _, credentials = values[0].strip(_WHITESPACE).partition(" ")
-    # Headers decode as latin-1: encoding back gives the bytes sent, which compare_digest takes whatever they are.
+    # Headers decode as latin-1: encoding back gives the bytes sent.
     return credentials.strip(_WHITESPACE).encode("latin-1") if scheme.lower() == "bearer" else None
 
 

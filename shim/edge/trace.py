@@ -9,7 +9,7 @@ from ..tracing import request_span
 
 class TraceRequest:
     def __init__(self, app: ASGIApp, route_of):
-        """route_of: a path's route label (the metrics'), so that span names stay few."""
+        """route_of: the metrics' route label, so that span names stay few."""
         self.app = app
         self._route_of = route_of
 

@@ -1,10 +1,8 @@
-"""The error envelope `{error: {code, message}}`, built once in the shape of the surface that answers it: on the
-System One routes with TypeSafe's detail beside it (FastAPI's list on a 422, else `{error_type, message}`)."""
+"""The error envelope `{error: {code, message}}`; on the System One routes with TypeSafe's detail beside it."""
 from __future__ import annotations
 
 from .codes import INVALID, PublicError
 
-# The paths of the System One routes, whose errors follow TypeSafe's conventions.
 SYSTEM_ONE_PREFIXES = ("/v1/",)
 
 
@@ -14,7 +12,6 @@ def is_system_one(path: str) -> bool:
 
 def envelope(error: PublicError, message: str | None = None, *, system_one: bool = False,
              detail: list[dict] | None = None) -> dict:
-    """Its fixed words unless a message is given; on the System One routes, TypeSafe's detail beside it."""
     text = error.words if message is None else message
     if text is None:
         raise ValueError(f"{error.code} has no fixed words: name what was refused")
@@ -29,8 +26,6 @@ def envelope(error: PublicError, message: str | None = None, *, system_one: bool
 
 
 def code_schema(codes: list[str], *, enum: bool = False) -> dict:
-    """The envelope's `code` in a JSON schema's properties, admitting these codes alone (a const for one unless
-    enum)."""
     return {"code": {"enum": codes} if enum or len(codes) > 1 else {"const": codes[0]}}
 
 
@@ -39,5 +34,5 @@ def policy_headers(error: PublicError, system_one: bool = False, own: dict[str, 
 
 
 def validation_detail(loc: list, message: str, kind: str = "value_error") -> list[dict]:
-    """FastAPI's (and TypeSafe's) 422 detail, beside the envelope, so that their clients' typed errors read it."""
+    """FastAPI's 422 detail, so that its clients' typed errors read it."""
     return [{"loc": loc, "msg": message, "type": kind}]

@@ -1,5 +1,5 @@
-"""GET /playground, its files and GET / pointing to it, from the package's static/ folder, under a strict CSP and no
-caching (the page holds the API token). One BaseRoute, not Routes: the pages are not part of the JSON API."""
+"""GET /playground, its files and GET / pointing to it, under a strict CSP and no caching (the page holds the API
+token). One BaseRoute, not Routes: the pages are not part of the JSON API."""
 from __future__ import annotations
 
 from importlib import resources
@@ -21,7 +21,6 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-# The files the page loads, by name under /playground/, and how each is served.
 ASSETS = {
     "playground.mjs": "text/javascript; charset=utf-8",
     "request.mjs": "text/javascript; charset=utf-8",
@@ -36,8 +35,6 @@ def static_file(name: str) -> bytes:
 
 
 class PlaygroundPages(BaseRoute):
-    """The page and its files at fixed paths, GET and HEAD only (other methods 405); / answers 307 to the page."""
-
     def __init__(self) -> None:
         self._files = {PAGE_PATH: (static_file(PAGE_FILE), "text/html; charset=utf-8")}
         self._files.update({f"{PAGE_PATH}/{name}": (static_file(name), media_type)

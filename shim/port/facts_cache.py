@@ -1,5 +1,4 @@
-"""The model's facts as the surfaces and /health read them, cached so that a request does not cost Triton a metrics
-read."""
+"""The model's facts, cached so that a request does not cost Triton a metrics read."""
 from __future__ import annotations
 
 import time
@@ -12,7 +11,7 @@ FACTS_TTL_SECONDS = 5.0
 
 
 class FactsCache:
-    """The model's facts from Triton's metrics port, re-read after FACTS_TTL_SECONDS so a restarted model shows up."""
+    """Re-read after FACTS_TTL_SECONDS, so that a restarted model shows."""
 
     def __init__(self, model: Model, clock=time.monotonic):
         self._model = model

@@ -1,5 +1,5 @@
-"""The CUDA graphs' live facts for /health, read from the model's own series on Triton's metrics port
-(wire/graph_series.py): what serves now, where /health's model facts say what start-up chose."""
+"""The CUDA graphs' live facts for /health, read from the model's series on Triton's metrics port: what serves now,
+where the model facts say what start-up chose."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,20 +12,20 @@ from wire.graph_series import CALLS_METRIC, CAPTURED, MEMORY_METRIC, MODE_METRIC
 
 @dataclass(frozen=True)
 class LiveGraphs:
-    mode: str  # off | exact | bucketed: how the forward runs now
-    reason: str  # why graphs are off, "" when on or never asked for
-    shapes_captured: int  # captured and proven against eager: replayed
-    shapes_refused: dict[str, int]  # why -> shapes served eager for good (out_of_memory, budget, differs)
-    memory_bytes: int  # what the graphs' captures hold
-    calls_replayed: int  # forward calls replayed from a graph since the model started
-    calls_eager: int  # forward calls run eager beneath predict() while graphs were on
+    mode: str
+    reason: str
+    shapes_captured: int
+    shapes_refused: dict[str, int]  # why -> shapes
+    memory_bytes: int
+    calls_replayed: int
+    calls_eager: int
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 def graphs_from_metrics(text: str, model_name: str) -> LiveGraphs | None:
-    """None while the model publishes no graph mode; ValueError when the text is not Prometheus' format."""
+    """None while the model publishes no graph mode."""
     mode = reason = None
     shapes: dict[str, int] = {}
     calls: dict[str, int] = {}

@@ -31,13 +31,13 @@ class _Collector:
         self.chunks.append(body)
 
     def on_message_complete(self) -> None:
-        # llhttp answers should_keep_alive() for the message being completed only inside this callback
+        # llhttp answers it for this message only inside this callback
         self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
 
 
 class ClosedBeforeAnswer(ConnectionError):
-    """The connection closed before any of the answer arrived."""
+    """Before any of the answer arrived."""
 
 
 class Http1Connection:
@@ -51,7 +51,6 @@ class Http1Connection:
 
     async def request(self, method: str, target: str, timeout: float, body: bytes = b"",
                       headers: dict[str, str] | None = None) -> Response:
-        """The whole answer; OSError, ConnectionError or TimeoutError when there is none."""
         async with self._lock:
             try:
                 async with asyncio.timeout(timeout):

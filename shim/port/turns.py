@@ -1,6 +1,5 @@
-"""A lock handed to callers in turn: the inference lock (INV-2) and the body worker's. When it is released, the next
-holder is the oldest waiting request of the caller served least recently, so a caller admitted behind another's
-backlog waits for at most one request per other caller with work waiting; one caller's requests keep their order."""
+"""A lock handed to callers in turn (the inference lock, INV-2, and the body worker's): the next holder is the
+oldest request of the caller served least recently, so no caller waits behind another's backlog."""
 from __future__ import annotations
 
 import asyncio
@@ -8,16 +7,14 @@ import itertools
 from collections import OrderedDict, deque
 from typing import Hashable
 
-# Callers whose last turn is remembered after their work is done: one coming back later than this many others is
-# treated as never served (it was served least recently anyway).
-REMEMBERED_CALLERS = 4096
+REMEMBERED_CALLERS = 4096  # one forgotten was served least recently anyway
 
 
 class Turns:
     def __init__(self) -> None:
         self._held = False
         self._waiting: dict[Hashable, deque[tuple[int, asyncio.Future[None]]]] = {}
-        self._last_turn: OrderedDict[Hashable, int] = OrderedDict()  # caller -> its latest turn, oldest first
+        self._last_turn: OrderedDict[Hashable, int] = OrderedDict()  # oldest first
         self._turns = itertools.count()
         self._arrivals = itertools.count()
 
@@ -25,7 +22,6 @@ class Turns:
         return self._held
 
     def free(self) -> bool:
-        """Whether acquire() would return without suspending."""
         return not self._held and not self._waiting
 
     def waiting(self) -> int:
@@ -41,10 +37,10 @@ class Turns:
         try:
             await turn
         except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():  # handed over as it was cancelled: the next caller's now
+            if turn.done() and not turn.cancelled():  # handed over as it was cancelled
                 self.release()
             else:
-                self._forget(caller, entry)  # passed over already, or still waiting
+                self._forget(caller, entry)
             raise
 
     def release(self) -> None:
@@ -57,7 +53,7 @@ class Turns:
             _, turn = queue.popleft()
             if not queue:
                 del self._waiting[caller]
-            if not turn.cancelled():  # a cancelled wait not yet woken to forget itself is passed over
+            if not turn.cancelled():
                 self._hand_to(caller)
                 turn.set_result(None)
                 return

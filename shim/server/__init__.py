@@ -1,5 +1,4 @@
-"""The HTTP server python -m shim runs: uvicorn with httptools, each connection bounded before the app.
-Its map: docs/architecture.md, "Package maps"."""
+"""The HTTP server: uvicorn with httptools, each connection bounded before the app (docs/architecture.md)."""
 from .bounded_connection import BoundedConnectionProtocol
 from .bounded_server import BoundedServer, DrainingServer
 from .limits import (

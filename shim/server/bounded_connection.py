@@ -1,5 +1,5 @@
-"""uvicorn's httptools protocol with each connection bounded (docs/operations.md, "Reliability and limits"). It
-relies on uvicorn's private internals: tests/unit/test_uvicorn_internals.py fails when they move."""
+"""uvicorn's httptools protocol with each connection bounded (docs/operations.md, "Reliability and limits"); on
+uvicorn's private internals, held by tests/unit/test_uvicorn_internals.py."""
 from __future__ import annotations
 
 import asyncio
@@ -13,16 +13,16 @@ from . import early_answers
 from .limits import LINGER_SECONDS, MAX_BODY_CHUNKS, MAX_HEADER_BYTES, MAX_HEADERS, ConnectionLimits
 from .roster import Roster
 
-_REQUEST_LINE_BYTES = 13  # " HTTP/1.1\r\n" after the target, and "\r\n" after the headers
-_HEADER_SEPARATOR_BYTES = 4  # ": " and "\r\n" around a header's value
+_REQUEST_LINE_BYTES = 13  # " HTTP/1.1\r\n" and the final "\r\n"
+_HEADER_SEPARATOR_BYTES = 4  # ": " and "\r\n"
 
 
 class _Stop(Exception):
-    """Raised from a parser callback once the connection is refused: the parser stops, the rest of the read unparsed."""
+    """Stops the parser once the connection is refused."""
 
 
 class _QuietOnceRefused(logging.LoggerAdapter):
-    """uvicorn's logger, without its warning for a parser stopped by _Stop: the refusal is ours, not bad HTTP."""
+    """Without uvicorn's warning for a parser stopped by _Stop: the refusal is ours, not bad HTTP."""
 
     def __init__(self, logger: logging.Logger, connection: "BoundedConnectionProtocol"):
         super().__init__(logger, {})
@@ -38,31 +38,30 @@ class _QuietOnceRefused(logging.LoggerAdapter):
 
 
 class BoundedConnectionProtocol(HttpToolsProtocol):
-    """A refusal is written in its turn, after the answers to the requests before it on the connection; nothing after
-    it is parsed."""
+    """A refusal is written in its turn, after the answers before it; nothing after it is parsed."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits, roster: Roster, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.logger = _QuietOnceRefused(self.logger, self)
         self._refused = False
         self._limits = limits
-        self._roster = roster  # the server's: every connection of one server shares it
+        self._roster = roster
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._refused = False  # a refusal is written, or waits for its turn: nothing more is read or parsed
-        self._refusal: bytes | None = None  # the refusal waiting for the answers before it
+        self._refused = False
+        self._refusal: bytes | None = None  # waits for the answers before it
         self._linger: asyncio.TimerHandle | None = None
         self._header_deadline: asyncio.TimerHandle | None = None
         self._silent_deadline: asyncio.TimerHandle | None = None
         if self._limits.silent_seconds < self._limits.header_seconds:
             self._silent_deadline = self.loop.call_later(self._limits.silent_seconds, self._too_slow)
         self._body_deadline: asyncio.TimerHandle | None = None
-        self._in_head = False  # a request's first byte arrived, its headers are not complete
-        self._head_bytes = 0  # its line and headers so far, as the parser hands them over
-        self._head_read_bytes = 0  # the reads that held nothing but its headers
-        self._header_count = 0  # its header fields so far
-        self._chunks = 0  # its body's chunks so far
+        self._in_head = False
+        self._head_bytes = 0
+        self._head_read_bytes = 0  # reads that held nothing but headers
+        self._header_count = 0
+        self._chunks = 0
         self._began_in_this_read = False
         self._roster.opened(self, self.client[0] if self.client else None)
         self._await_headers()
@@ -100,8 +99,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
 
     def _refuse(self, answer: bytes) -> None:
         self._refused = True
-        # it serves nothing more: its slot is free now, not only once the lingering close has ended
-        self._roster.closed(self)
+        self._roster.closed(self)  # its slot is free now, not once the lingering close ends
         self._in_head = False
         self._headers_arrived()
         self._body_arrived()
@@ -113,8 +111,8 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
             self._write_and_close(answer)
 
     def _write_and_close(self, answer: bytes) -> None:
-        """Our side closed at once, theirs after LINGER_SECONDS at most, what the client still sends read and dropped:
-        closing with it unread would send a reset, and the client's system may drop the answer it has not read."""
+        """Closing with unread data would send a reset, which may drop the answer: what the client still sends is
+        read and dropped for LINGER_SECONDS at most."""
         if self.transport.is_closing():
             return
         self.transport.write(answer)
@@ -129,13 +127,12 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._roster.request_answered(self)
         super().on_response_complete()
         if self._refused and self._linger is None and not self.transport.is_closing():
-            self.transport.pause_reading()  # uvicorn resumes reading after an answer; nothing more is parsed here
+            self.transport.pause_reading()  # uvicorn resumes reading after an answer
         if self._refusal is not None and not self._answering():
             answer, self._refusal = self._refusal, None
             self._write_and_close(answer)
 
     def _evict(self) -> None:
-        """Closed to make room for a request on another connection (this one is idle: nothing is lost)."""
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -144,7 +141,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
             return
         self._began_in_this_read = False
         super().data_received(data)
-        if self._in_head and not self._began_in_this_read and not self._refused:  # the whole read is its headers
+        if self._in_head and not self._began_in_this_read and not self._refused:
             self._head_read_bytes += len(data)
             if self._head_read_bytes > MAX_HEADER_BYTES:
                 self._refuse(early_answers.headers_too_large())
@@ -163,7 +160,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         peer = self._roster.admit_peer(self)
         for connection in peer.evict:
             connection._evict()
-        if not peer.admitted:  # its client holds more than its share, every connection busy: refused as it begins
+        if not peer.admitted:
             self._refuse(early_answers.over_peer_share(self._limits))
             return
         super().on_message_begin()
@@ -182,7 +179,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._refused:
-            raise _Stop  # thousands of headers in one read cost the loop nothing more once refused
+            raise _Stop  # thousands of headers in one read cost nothing more once refused
         self._header_count += 1
         if self._header_count > MAX_HEADERS:
             self._refuse(early_answers.too_many_headers())
@@ -191,7 +188,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
             super().on_header(name, value)
 
     def on_chunk_header(self) -> None:
-        """httptools calls it (when the protocol has it) at each chunk of a chunked body."""
+        """Called by httptools only when the protocol has it."""
         if self._refused:
             raise _Stop
         self._chunks += 1
@@ -200,8 +197,8 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
             raise _Stop
 
     def _refuse_body(self, answer: bytes) -> None:
-        """Mid-body, the app is told the client left and the refusal is written in its answer's place; once the app
-        has begun answering, or while the request waits in the pipeline, the connection is only closed."""
+        """The app is told the client left and the refusal takes its answer's place; once the app has begun
+        answering, or while the request waits in the pipeline, the connection is only closed."""
         cycle = self.cycle
         waiting = any(queued is cycle for queued, _ in self.pipeline)
         if cycle is None or cycle.response_started or waiting:
@@ -221,7 +218,6 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         self._write_and_close(answer)
 
     def send_400_response(self, msg: str) -> None:
-        """What the parser cannot read: 400 malformed_request in the envelope, in its turn."""
         if not self._refused:
             self._refuse(early_answers.malformed())
 
@@ -236,7 +232,7 @@ class BoundedConnectionProtocol(HttpToolsProtocol):
         verdict = self._roster.admit(self)
         for connection in verdict.evict:
             connection._evict()
-        if not verdict.admitted:  # this connection ends with the answer
+        if not verdict.admitted:
             self.app = (early_answers.closing_after(self.app) if self._is_health_check()
                         else early_answers.too_many_connections(self._limits, verdict.over))
         self._body_deadline = self.loop.call_later(self._limits.body_seconds, self._too_slow)

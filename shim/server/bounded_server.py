@@ -14,8 +14,6 @@ from .limits import ConnectionLimits
 
 
 class BoundedServer(uvicorn.Server):
-    """The roster of its connections is its own: a second server in the process keeps a second one."""
-
     def __init__(self, config: uvicorn.Config, limits: ConnectionLimits = ConnectionLimits()):
         self.roster = limits.roster()
         config.http = functools.partial(BoundedConnectionProtocol, limits=limits,  # type: ignore[assignment]
@@ -24,8 +22,7 @@ class BoundedServer(uvicorn.Server):
 
 
 class DrainingServer(BoundedServer):
-    """The first SIGTERM drains the app before uvicorn's own graceful shutdown, then exits 0; a second, or SIGINT,
-    is uvicorn's own."""
+    """The first SIGTERM drains the app before uvicorn's graceful shutdown; a second, or SIGINT, is uvicorn's."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain | None,
                  limits: ConnectionLimits = ConnectionLimits()):
@@ -42,7 +39,7 @@ class DrainingServer(BoundedServer):
 
     async def on_tick(self, counter: int) -> bool:
         if self._drain is not None:
-            self._drain.tick()  # the requests still waiting for the lock are answered 503 once it refuses
+            self._drain.tick()
         if self._drain is not None and self._drain.done and not self.should_exit:
             logging.getLogger("intern_decision.shim.drain").warning("drained: no admitted request left; exiting")
             self.should_exit = True

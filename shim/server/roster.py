@@ -1,5 +1,5 @@
 """Who holds the server's connections, and which give way when a request needs room (docs/operations.md,
-"Bounds per client"). Bookkeeping only: it never touches a socket; the server closes what it names."""
+"Bounds per client"). Bookkeeping only: the server closes what it names."""
 from __future__ import annotations
 
 import ipaddress
@@ -7,28 +7,28 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
-Peer = str | None  # the client's address without its port; None when the transport has none (a Unix socket)
+Peer = str | None  # the client's address without its port; None on a Unix socket
 
 
 @dataclass(frozen=True)
 class ConnectionAdmission:
     admitted: bool
-    evict: tuple[Hashable, ...] = ()  # connections to close now, to make room (only when admitted)
-    over: str | None = None  # when refused: "peer" (its share) or "total"
+    evict: tuple[Hashable, ...] = ()
+    over: str | None = None  # "peer" or "total"
 
 
 @dataclass
 class _Entry:
-    peer: Peer  # its source (source_of)
-    capped: bool  # counted against the per-peer share
-    busy: int = 0  # requests begun and not answered
-    in_head: bool = False  # its latest request began and is not admitted yet: closing it loses no admitted work
+    peer: Peer  # source_of
+    capped: bool
+    busy: int = 0
+    in_head: bool = False  # not admitted yet: closing it loses no admitted work
 
 
 @dataclass
 class Roster:
-    total: int | None = None  # connections open at once; None: unbounded
-    per_peer: int | None = None  # connections one peer may hold; None: unbounded
+    total: int | None = None
+    per_peer: int | None = None
     exempt: Callable[[Peer], bool] = lambda peer: peer is None
     _entries: dict[Hashable, _Entry] = field(default_factory=dict)
     _idle: "OrderedDict[Hashable, None]" = field(default_factory=OrderedDict)  # oldest idle first
@@ -56,7 +56,7 @@ class Roster:
             self._per_peer[source] = self._per_peer.get(source, 0) + 1
 
     def closed(self, connection: Hashable) -> None:
-        """Gone (closed by either side, or evicted); a second call is a no-op."""
+        """A second call is a no-op."""
         entry = self._entries.pop(connection, None)
         if entry is None:
             return
@@ -81,11 +81,10 @@ class Roster:
             entry.busy -= 1
             entry.in_head = False
             if not entry.busy:
-                self._idle[connection] = None  # the newest idle
+                self._idle[connection] = None
 
     def admit_peer(self, connection: Hashable) -> ConnectionAdmission:
-        """The peer's share, asked at a request's first byte, so that a head trickled over many connections is refused
-        as it begins; the peer's own idle connections give way first."""
+        """Asked at a request's first byte, so that a head trickled over many connections is refused as it begins."""
         entry = self._entries.get(connection)
         if entry is None:
             return ConnectionAdmission(True)
@@ -106,7 +105,7 @@ class Roster:
         return ConnectionAdmission(True, tuple(mine))
 
     def admit(self, connection: Hashable) -> ConnectionAdmission:
-        """When admitted, the connections in `evict` are already forgotten here; the caller closes them."""
+        """The caller closes the connections in `evict`, already forgotten here."""
         entry = self._entries.get(connection)
         if entry is None:
             return ConnectionAdmission(True)
@@ -119,8 +118,7 @@ class Roster:
             if excess > 0:
                 chosen = set(evict)
                 mine = self._held(entry)
-                # heavier sources' idle connections first, then their heads, then the idle ones of sources holding
-                # as many as the asker: a lighter source's kept-alive connection never goes for a heavier one
+                # a lighter source's kept-alive connection never goes for a heavier one
                 others = self._oldest_idle(connection, lambda other: self._held(other) > mine, excess, chosen)
                 chosen.update(others)
                 others += self._heaviest_heads(connection, entry, excess - len(others), chosen)
@@ -138,8 +136,7 @@ class Roster:
         return self._per_peer.get(entry.peer, 0) if entry.capped else 0
 
     def _heaviest_heads(self, asking: Hashable, entry: _Entry, count: int, skip: set) -> list[Hashable]:
-        """Heads still arriving, of the heaviest source first, while it holds at least as many as the asker's: a
-        complete head outranks one still arriving, and never takes from a source lighter than its own."""
+        """A complete head outranks one still arriving, never from a source lighter than its own."""
         if count <= 0:
             return []
         held = dict(self._per_peer)
@@ -147,7 +144,7 @@ class Roster:
             victim = self._entries[other]
             if victim.capped:
                 held[victim.peer] -= 1
-        mine = held.pop(entry.peer, 0) if entry.capped else 0  # its own heads never give way to it
+        mine = held.pop(entry.peer, 0) if entry.capped else 0
         found: list[Hashable] = []
         while len(found) < count and held:
             heaviest = max(held, key=held.__getitem__)
@@ -157,7 +154,7 @@ class Roster:
                          if other != asking and other not in skip and candidate.in_head and candidate.busy == 1
                          and candidate.capped and candidate.peer == heaviest), None)
             if head is None:
-                del held[heaviest]  # nothing of it can give way; the next heaviest may
+                del held[heaviest]
                 continue
             found.append(head)
             skip.add(head)
@@ -179,7 +176,7 @@ class Roster:
 
 
 def _ip(peer: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The peer's IP address, an IPv4-mapped IPv6 one as IPv4; None when it is not one (a Unix socket's path)."""
+    """An IPv4-mapped IPv6 address as IPv4."""
     try:
         address = ipaddress.ip_address(peer.split("%", 1)[0])
     except ValueError:
@@ -190,7 +187,7 @@ def _ip(peer: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def source_of(peer: Peer) -> Peer:
-    """Its IPv4 address or its IPv6 address's /64, as HAProxy keys its stick tables; anything else as it is."""
+    """An IPv6 address's /64, as HAProxy keys its stick tables."""
     address = None if peer is None else _ip(peer)
     if address is None:
         return peer
@@ -200,7 +197,7 @@ def source_of(peer: Peer) -> Peer:
 
 
 def address_matcher(networks: Iterable[str]) -> Callable[[Peer], bool]:
-    """A peer that is not an IP address (a Unix socket) always matches: it is never one remote client."""
+    """A Unix socket always matches: it is never one remote client."""
     parsed = tuple(ipaddress.ip_network(network.strip(), strict=False) for network in networks)
 
     def matches(peer: Peer) -> bool:

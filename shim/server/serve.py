@@ -14,8 +14,6 @@ if TYPE_CHECKING:
 
 
 class Served(Protocol):
-    """What the server needs of the app's side (shim.app.Service is one): the app, its drain, the limits."""
-
     @property
     def app(self) -> Any: ...
 
@@ -28,11 +26,9 @@ class Served(Protocol):
 
 def config(app: Any, host: str, port: int, log_config: dict | None = None,
            balancer_addresses: tuple[str, ...] = ()) -> uvicorn.Config:
-    """uvicorn's access log is off: it would record query strings (a token pasted into a URL among them); the shim
-    writes its own access line, with the route and never the query."""
+    """uvicorn's access log is off: it would record query strings, a token pasted into a URL among them."""
     logging = {} if log_config is None else {"log_config": log_config}
-    # The client a balancer names in X-Forwarded-For is the request's source (its share of the queue); no one
-    # else's X-Forwarded-For is read.
+    # Only a balancer's X-Forwarded-For is read.
     forwarded = {"proxy_headers": bool(balancer_addresses), "forwarded_allow_ips": list(balancer_addresses) or None}
     return uvicorn.Config(app, host=host, port=port, workers=1, log_level="info",
                           timeout_keep_alive=KEEP_ALIVE_SECONDS, access_log=False, **forwarded, **logging)
@@ -40,7 +36,6 @@ def config(app: Any, host: str, port: int, log_config: dict | None = None,
 
 def run(service: Served, host: str, port: int, log_config: dict | None = None,
         metrics: ShimMetrics | None = None) -> None:
-    """The service's app under uvicorn, its connections bounded, its drain begun on SIGTERM."""
     limits = service.limits
     server = DrainingServer(config(service.app, host, port, log_config, limits.balancer_addresses), service.drain,
                             limits)

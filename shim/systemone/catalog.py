@@ -1,5 +1,5 @@
-"""The names the model answers to on System One, and GET /v1/models: the canonical name pins the revision in force,
-the others are exact, case-sensitive aliases of it."""
+"""The names the model answers to on System One, and GET /v1/models: the canonical name pins the revision, the
+others are exact aliases."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,4 @@
-"""TypeSafe's request id header on the System One routes: `x-typesafe-request-id`, the id the TypeSafe SDK reads,
-beside X-Request-Id. Their errors are written in TypeSafe's shape where they are built (shim/errors/envelope.py)."""
+"""TypeSafe's request id header on the System One routes, which the TypeSafe SDK reads, beside X-Request-Id."""
 from __future__ import annotations
 
 from starlette.datastructures import MutableHeaders

@@ -1,6 +1,5 @@
-"""An MCP request's body read once with the routes' strict reader and replayed to the SDK without a tool's arguments,
-which stay parsed in the scope's state: the SDK parses on the loop and takes NaN and repeated keys. A large body not
-strict JSON is 422, a message over SDK_MESSAGE_BYTES (arguments aside) 413, before the SDK reads either."""
+"""An MCP request's body read once with the routes' strict reader and replayed to the SDK without a tool's
+arguments, kept parsed in the scope's state: the SDK parses on the loop and takes NaN and repeated keys."""
 from __future__ import annotations
 
 import json
@@ -15,15 +14,14 @@ from ..errors.answer import refuse
 from ..errors.codes import INVALID, TOO_LARGE
 from ..json_body import ON_LOOP_BYTES, strict_body
 
-NOT_STRICT = "mcp_body_not_strict"  # the key, in the request's scope state, of why its body is not strict JSON
-ARGUMENTS = "mcp_tool_arguments"  # the key, in the request's scope state, of a tools/call's arguments, parsed once
-LARGE = "mcp_large_body"  # the key of whether the body was over ON_LOOP_BYTES (its arguments are read off the loop)
-SDK_MESSAGE_BYTES = ON_LOOP_BYTES  # what the SDK may parse on the loop: a message without its tool arguments
+NOT_STRICT = "mcp_body_not_strict"
+ARGUMENTS = "mcp_tool_arguments"
+LARGE = "mcp_large_body"  # its arguments are read off the loop
+SDK_MESSAGE_BYTES = ON_LOOP_BYTES  # what the SDK may parse on the loop
 
 
 async def read_once(scope: Scope, receive: Receive, send: Send) -> Receive | None:
-    """Reads the whole body (the edge has, within its limits) once, with the routes' strict reader; returns a receive
-    that hands the SDK what it may still parse on the loop, or None when the body was refused here."""
+    """A receive that hands the SDK what it may still parse on the loop, or None when the body was refused."""
     body = await Request(scope, receive).body()
     state = scope.setdefault("state", {})
     try:
@@ -48,8 +46,7 @@ async def read_once(scope: Scope, receive: Receive, send: Send) -> Receive | Non
 
 
 def small(value: Any) -> bool:
-    """Whether `value` may serialize within SDK_MESSAGE_BYTES, counted without serializing it (which would hold the
-    loop for a large one), at least as json.dumps writes it."""
+    """A lower bound of json.dumps's size, counted without serializing, which would hold the loop."""
     budget, pending = SDK_MESSAGE_BYTES, [value]
     while pending:
         current = pending.pop()
@@ -58,16 +55,16 @@ def small(value: Any) -> bool:
         elif isinstance(current, bool) or current is None:
             budget -= 4
         elif isinstance(current, int):
-            budget -= 1 + current.bit_length() // 4  # at least one decimal digit per 4 bits
+            budget -= 1 + current.bit_length() // 4
         elif isinstance(current, float):
             budget -= len(repr(current))
         elif isinstance(current, dict):
-            budget -= 2 + 4 * len(current)  # braces, and ": " and ", " per member
+            budget -= 2 + 4 * len(current)
         elif isinstance(current, list):
-            budget -= 2 + 2 * len(current)  # brackets, and ", " per element
+            budget -= 2 + 2 * len(current)
         else:
             budget -= 1
-        if budget < 0:  # before a large container's members are looked at
+        if budget < 0:
             return False
         if isinstance(current, dict):
             pending.extend(current.keys())
@@ -78,7 +75,6 @@ def small(value: Any) -> bool:
 
 
 def _tool_arguments(message: Any) -> dict | None:
-    """A tools/call's arguments object, or None for any other message (the SDK reads and answers those)."""
     if not (isinstance(message, dict) and message.get("method") == "tools/call"):
         return None
     params = message.get("params")

@@ -7,7 +7,7 @@ COMPONENTS = "#/components/schemas/"
 
 
 def schema_of(openapi: dict, name: str) -> dict:
-    """The components it refers to, however deeply, under $defs."""
+    """Its components, however deep, under $defs."""
     components = openapi["components"]["schemas"]
     needed, pending = {}, [name]
     while pending:
