@@ -22,7 +22,8 @@ class ModelFacts:
     vision_tower: str
     fla_version: str  # "" when flash-linear-attention does not import
     causal_conv1d_version: str  # "" when causal-conv1d does not import
-    linear_attention: str  # the kernels the model's linear-attention layers run: fast | reference | mixed | unknown | none
+    # the kernels the model's linear-attention layers run: fast | reference | mixed | unknown | none
+    linear_attention: str
     slow_kernels_allowed: bool
     pinned: bool  # false when the revision, inference.py hash or dtype was overridden (ALLOW_UNPINNED=1)
     boot_id: str  # random, new each time a model process starts: a restart or reload shows as a new one

@@ -97,7 +97,8 @@ def test_graph_settings_default_to_auto_and_read_their_lists():
     settings = Settings.from_env({})
     assert (settings.cuda_graphs, settings.graph_shapes, settings.graph_budget_mib) == ("auto", (), 1024)
     assert settings.graph_buckets == (256, 512, 1024, 2048, 4096, 8192) and settings.graph_gate == 0.01
-    settings = Settings.from_env({"INTERN_DECISION_CUDA_GRAPHS": "bucketed", "INTERN_DECISION_GRAPH_SHAPES": "289x3,9x1",
+    settings = Settings.from_env({"INTERN_DECISION_CUDA_GRAPHS": "bucketed",
+                                  "INTERN_DECISION_GRAPH_SHAPES": "289x3,9x1",
                                   "INTERN_DECISION_GRAPH_BUCKETS": "128,640", "INTERN_DECISION_GRAPH_BUDGET_MIB": "0",
                                   "INTERN_DECISION_GRAPH_GATE": "0.002"})
     assert settings.cuda_graphs == "bucketed" and [str(shape) for shape in settings.graph_shapes] == ["289x3", "9x1"]
