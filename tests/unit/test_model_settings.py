@@ -1,4 +1,5 @@
 """Model-side configuration: defaults, and every value validated with a ValueError naming the variable."""
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,13 @@ def test_defaults_are_the_pins_and_the_contract_limits():
     assert (settings.max_tokens, settings.release_slack_mib, settings.keep_vision) == (8192, 512, False)
     assert settings.release_slack_bytes == 512 * 1024 * 1024
     assert settings.pinned and settings.unpinned == ()
+
+
+def test_each_declared_default_is_what_an_empty_environment_gives():
+    settings = Settings.from_env({})
+    declared = {field.name: field.default for field in fields(Settings) if field.default is not MISSING}
+    assert {"device", "max_tokens", "release_slack_mib", "graph_budget_mib"} <= set(declared)
+    assert {name: getattr(settings, name) for name in declared} == declared
 
 
 def test_the_default_checkpoint_follows_an_explicit_revision():
