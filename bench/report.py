@@ -111,8 +111,8 @@ def inprocess_section(run: dict, before: dict | None = None) -> list[str]:
              "Starlette app serving `/v1/systemone` and `/decide/shared`, no Triton and no shim server), one torch "
              f"thread each, every shape sent to both in each of {run['rounds']} rounds (after 2 warm-up rounds) by "
              "the same client, which goes first alternating. Whole request times, the forward pass included. On "
-             f"a 2-core CPU ({run['machine']}); the machine is shared with other work and noisy, so one run's ratios move by a "
-             "few percent between runs. ms:", "",
+             f"a 2-core CPU ({run['machine']}); the machine is shared with other work and noisy, so one run's ratios "
+             "move by a few percent between runs. ms:", "",
              "| shape | stack p50 / p90 / p99 | in process p50 / p90 / p99 | stack / in process, p50 | "
              "stack adds, p50 |", "|---|---|---|---|---|"]
     for name, sides in run["shapes"].items():

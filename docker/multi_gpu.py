@@ -175,8 +175,9 @@ def haproxy_config(servers: list[tuple[str, str]], bind: str, *, timeout_request
     fleet = fleet_bounds(len(servers))
     per_source_connections = per_source_connections or fleet["per_source_connections"]
     return Template(TEMPLATE.read_text()).substitute(
-        maxconn=maxconn or fleet["maxconn"], bind=bind, check_inter=check_inter, fastinter=fastinter, timeout_request=f"{seconds}s",
-        timeout_http_request=HTTP_REQUEST_TIMEOUT, timeout_client=CLIENT_TIMEOUT, body_wait=BODY_WAIT,
+        maxconn=maxconn or fleet["maxconn"], bind=bind, check_inter=check_inter, fastinter=fastinter,
+        timeout_request=f"{seconds}s", timeout_http_request=HTTP_REQUEST_TIMEOUT, timeout_client=CLIENT_TIMEOUT,
+        body_wait=BODY_WAIT,
         per_source_connections=per_source_connections, per_source_requests=per_source_requests,
         per_source_token_requests=per_source_token_requests or max(per_source_requests,
                                                                    fleet["per_source_token_requests"]),

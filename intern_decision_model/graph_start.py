@@ -129,7 +129,7 @@ def _check(runner: GraphRunner, engine: Any, settings: Settings, warm_up: WarmUp
             return "the warm-up replayed from its graph differs from eager"
         return ""
     runner.prepare([Shape(bucket, MAX_POSITIONS) for bucket in buckets_needed(settings.graph_buckets,
-                                                                               settings.max_tokens)])
+                                                                              settings.max_tokens)])
     if not runner.on:
         return runner.off_reason
     if not runner.graphs:

@@ -30,13 +30,13 @@ class Settings:
     checkpoint: Path
     revision: str
     inference_sha256: str
-    device: str
     dtype: str
     vram_cap_gib: float | None
-    max_tokens: int
-    release_slack_mib: int
     keep_vision: bool
     allow_slow_kernels: bool
+    device: str = "cuda"
+    max_tokens: int = 8192
+    release_slack_mib: int = 512
     cuda_graphs: str = AUTO  # auto: exact on CUDA, off on the CPU
     graph_shapes: tuple[Shape, ...] = ()  # exact mode: captured at start-up beside the warm-up's
     graph_buckets: tuple[int, ...] = DEFAULT_GRAPH_BUCKETS
@@ -64,7 +64,7 @@ class Settings:
         checkpoint = Path(get(env, "CHECKPOINT") or default_checkpoint)
         if not checkpoint.is_absolute():
             raise ValueError(f"{PREFIX}CHECKPOINT must be an absolute path, got {str(checkpoint)!r}")
-        device = get(env, "DEVICE") or "cuda"
+        device = get(env, "DEVICE") or cls.device
         if not _DEVICE.fullmatch(device):
             raise ValueError(f"{PREFIX}DEVICE must be cpu, cuda or cuda:N, got {device!r}")
         dtype = get(env, "DTYPE") or PINNED_DTYPE
@@ -88,8 +88,8 @@ class Settings:
             device=device,
             dtype=dtype,
             vram_cap_gib=positive_number(env, "VRAM_CAP_GIB", "> 0 (GiB)"),
-            max_tokens=integer(env, "MAX_TOKENS", 8192, minimum=1),
-            release_slack_mib=integer(env, "RELEASE_SLACK_MIB", 512, minimum=0),
+            max_tokens=integer(env, "MAX_TOKENS", cls.max_tokens, minimum=1),
+            release_slack_mib=integer(env, "RELEASE_SLACK_MIB", cls.release_slack_mib, minimum=0),
             keep_vision=_flag(env, "KEEP_VISION"),
             allow_slow_kernels=_flag(env, "ALLOW_SLOW_KERNELS"),
             cuda_graphs=_choice(env, "CUDA_GRAPHS", GRAPH_MODES, cls.cuda_graphs),

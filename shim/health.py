@@ -14,7 +14,7 @@ from wire.facts import ModelFacts
 
 from .drain import Drain
 from .errors import MODEL_UNAVAILABLE, ApiError, ModelFailure, Problem, envelope
-from .errors.codes import DRAINING, UNAVAILABLE
+from .errors.codes import HEALTH_DRAINING, HEALTH_UNAVAILABLE, ProbeAnswer
 from .metrics import ShimMetrics
 from .port.chunking import MAX_QUESTIONS_PER_CALL
 from .port.facts_cache import FactsCache
@@ -119,15 +119,17 @@ def health_body(settings: ShimSettings, facts: ModelFacts, graphs: LiveGraphs | 
     }
 
 
+def probe_answer(answer: ProbeAnswer, message: str) -> JSONResponse:
+    return JSONResponse({"status": answer.body_status, **envelope(answer.error, message)}, status_code=answer.status)
+
+
 def health_route(settings: ShimSettings, check: "HealthCheck", drain: Drain) -> Route:
     async def health(request: Request) -> JSONResponse:
         if drain.draining:
-            return JSONResponse({"status": "draining", **envelope(DRAINING, "this replica is shutting down")},
-                                status_code=DRAINING.status)
+            return probe_answer(HEALTH_DRAINING, "this replica is shutting down")
         verdict = await check.current()
         if verdict.problem is not None:
-            body = {"status": "unavailable", **envelope(UNAVAILABLE, verdict.problem.public)}
-            return JSONResponse(body, status_code=503)
+            return probe_answer(HEALTH_UNAVAILABLE, verdict.problem.public)
         return JSONResponse(health_body(settings, verdict.facts, verdict.graphs))
 
     return Route(HEALTH_PATH, health, methods=["GET"])

@@ -6,13 +6,14 @@ records both. They hand the runner its resources (the served stack, the kernel w
 methods. gpucheck.check runs them in order under their allowances.
 
 By phase: ``machine`` (environment, install, stub), ``model`` (checkpoint, shapes, kernel_warmup), ``baseline``
-(inprocess, inprocess_torch, inprocess_mixed, inprocess_shared, graphs) and ``served`` (server, service, acceptance, overcap)."""
+(inprocess, inprocess_torch, inprocess_mixed, inprocess_shared, graphs) and ``served`` (server, service, acceptance,
+overcap)."""
 from gpucheck.steps.baseline import (
-                                     graphs_step,
-                                     inprocess_mixed_step,
-                                     inprocess_shared_step,
-                                     inprocess_step,
-                                     inprocess_torch_step,
+    graphs_step,
+    inprocess_mixed_step,
+    inprocess_shared_step,
+    inprocess_step,
+    inprocess_torch_step,
 )
 from gpucheck.steps.machine import environment_step, install_step, stub_step
 from gpucheck.steps.model import checkpoint_step, kernel_warmup_step, shapes_step

@@ -198,7 +198,8 @@ def inprocess_mixed_step(ctx: Context) -> Found:
 
 
 def graphs_step(ctx: Context) -> Found:
-    """Each timed shape in process, eager and from CUDA graphs (exact, bucketed): p50, max |Δp|, labels, bit-identity."""
+    """Each timed shape in process, eager and from CUDA graphs (exact, bucketed): p50, max |Δp|, labels,
+    bit-identity."""
     if not ctx.cuda:
         raise Skip("CUDA graphs need a CUDA device")
     ctx.stop_stack()

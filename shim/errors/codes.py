@@ -89,5 +89,19 @@ REGISTRY = (TOO_MANY_PIPELINED, MALFORMED, UNAUTHORIZED, NOT_FOUND, METHOD_NOT_A
             UNSUPPORTED_MEDIA_TYPE, INVALID, BUSY, HEADERS_TOO_LARGE, CLIENT_GONE, SCORING_FAILED,
             UNSUPPORTED_TRANSFER_ENCODING, UNAVAILABLE, OUT_OF_MEMORY, DRAINING, TOO_MANY_CONNECTIONS, NO_REPLICA)
 BY_CODE = {error.code: error for error in REGISTRY}
+
+
+class ProbeAnswer(NamedTuple):
+    """GET /health's answer when this replica cannot serve: a readiness probe's status whatever the error's own
+    (a POST meets model_unavailable as a gateway's 502), the body's status word, and the error it carries."""
+
+    status: int
+    body_status: str
+    error: PublicError
+
+
+HEALTH_UNAVAILABLE = ProbeAnswer(503, "unavailable", UNAVAILABLE)
+HEALTH_DRAINING = ProbeAnswer(503, "draining", DRAINING)
+HEALTH_ANSWERS = (HEALTH_UNAVAILABLE, HEALTH_DRAINING)
 # Starlette's HTTPExceptions the routing raises, by status.
 HTTP_CODES = {error.status: error for error in (NOT_FOUND, METHOD_NOT_ALLOWED)}

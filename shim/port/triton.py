@@ -151,7 +151,7 @@ class TritonModel:
     async def _metrics_text(self) -> str:
         try:
             response = await self._metrics.request("GET", self._metrics_target,
-                                                    self._settings.health_timeout_seconds)
+                                                   self._settings.health_timeout_seconds)
         except TRANSPORT_ERRORS as exc:
             raise facts_unavailable(f"Triton's metrics did not answer: {type(exc).__name__}: {exc}") from None
         if response.status != 200:

@@ -49,7 +49,7 @@ def plan(decisions: list[Decision], max_decisions: int) -> list[Call]:
     scored = sum(len(orderings) for orderings in expanded)
     if not 1 <= scored <= max_decisions:
         raise UnprocessableRequest(f"the request scores {scored} orderings after expansion; "
-                             f"1..{max_decisions} are allowed (MAX_DECISIONS)")
+                                   f"1..{max_decisions} are allowed (MAX_DECISIONS)")
     calls: list[Call] = []
     for wave in range(max(len(orderings) for orderings in expanded)):
         members = [(index, orderings[wave]) for index, orderings in enumerate(expanded) if len(orderings) > wave]

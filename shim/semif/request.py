@@ -80,8 +80,8 @@ def _state(body: dict) -> Any:
 
 def _workload(body: dict) -> None:
     if body.get("workload") is not None:
-        raise UnprocessableRequest("workload is not supported: there is no per-workload calibration table, the model's own "
-                             "calibration always applies (send no workload, or null)")
+        raise UnprocessableRequest("workload is not supported: there is no per-workload calibration table, the model's "
+                                   "own calibration always applies (send no workload, or null)")
 
 
 def _options(value: Any, where: str) -> tuple[Option, ...]:
@@ -116,7 +116,7 @@ def _decision(value: Any, where: str) -> Decision:
         raise UnprocessableRequest(f"{prefix}orderings must be one of {', '.join(ORDERINGS)}")
     if orderings == "all" and len(options) > MAX_OPTIONS_FOR_ALL:
         raise UnprocessableRequest(f"{prefix}orderings 'all' is allowed up to {MAX_OPTIONS_FOR_ALL} options, "
-                             f"this decision has {len(options)}")
+                                   f"this decision has {len(options)}")
     return Decision(decision_id, question, options, orderings)
 
 
@@ -153,7 +153,7 @@ def _result_ids_unique(decisions: list[Decision]) -> None:
         for result_id in decision.result_ids:
             if result_id in owner and owner[result_id] != index:
                 raise UnprocessableRequest(f"decisions[{index}] would answer with the id {result_id!r}, which "
-                                     f"decisions[{owner[result_id]}] already answers with; result ids must be "
-                                     f"unique within the response")
+                                           f"decisions[{owner[result_id]}] already answers with; result ids must be "
+                                           f"unique within the response")
             owner[result_id] = index
 

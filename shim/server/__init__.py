@@ -2,14 +2,14 @@
 from .bounded_connection import BoundedConnectionProtocol
 from .bounded_server import BoundedServer, DrainingServer
 from .limits import (
-                     BODY_GRACE_SECONDS,
-                     KEEP_ALIVE_SECONDS,
-                     LINGER_SECONDS,
-                     MAX_BODY_CHUNKS,
-                     MAX_HEADER_BYTES,
-                     MAX_HEADERS,
-                     MAX_PIPELINED_REQUESTS,
-                     ConnectionLimits,
+    BODY_GRACE_SECONDS,
+    KEEP_ALIVE_SECONDS,
+    LINGER_SECONDS,
+    MAX_BODY_CHUNKS,
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
+    MAX_PIPELINED_REQUESTS,
+    ConnectionLimits,
 )
 from .serve import config, run
 

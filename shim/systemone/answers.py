@@ -27,9 +27,9 @@ def response_body(model: str, calls: list[tuple[Question, ...]], answers: list[C
         "usage": {"input_tokens": sum(answer.input_tokens for answer in answers),
                   "output_tokens": sum(answer.output_tokens for answer in answers)},
         "x_calls": [{"index": index, "questions": [question.name for question in chunk],
-                   "input_tokens": answer.input_tokens, "prompt_sha256": answer.prompt_sha256,
-                   "inference_ms": answer.inference_ms}
-                  for index, (chunk, answer) in enumerate(zip(calls, answers))],
+                     "input_tokens": answer.input_tokens, "prompt_sha256": answer.prompt_sha256,
+                     "inference_ms": answer.inference_ms}
+                    for index, (chunk, answer) in enumerate(zip(calls, answers))],
     }
     first = answers[0]
     body.update(x_calibration=first.calibration, x_prompt_version=first.prompt_version,

@@ -227,7 +227,8 @@ def timed_request(url: str, method: str, path: str, results: dict, name: str, **
     results[name] = (outcome, time.monotonic() - started)
 
 
-def test_a_flood_of_unauthenticated_half_open_posts_leaves_health_and_a_caller_answered_within_a_second(fleet, tmp_path):
+def test_a_flood_of_unauthenticated_half_open_posts_leaves_health_and_a_caller_answered_within_a_second(
+        fleet, tmp_path):
     # A balancer of its own, from the same template, whose maxconn the flood fills.
     haproxy = HAProxyServer([(replica.name, f"127.0.0.1:{replica.shim.port}") for replica in fleet.replicas],
                             tmp_path / "haproxy", check_inter=CHECK_INTER, maxconn=FLOOD,
@@ -284,7 +285,8 @@ def test_an_out_of_memory_or_a_scoring_failure_takes_no_replica_out(fleet):
 
 
 def test_a_client_that_leaves_while_queued_behind_the_balancer_is_never_scored(fleet):
-    gone_before = sum(shim_counter(replica.shim, "intern_decision_shim_client_gone_total") for replica in fleet.replicas)
+    gone_before = sum(shim_counter(replica.shim, "intern_decision_shim_client_gone_total")
+                      for replica in fleet.replicas)
 
     def hold(name: str) -> None:  # one per replica: least connections puts the second on the other
         with httpx.Client(base_url=fleet.haproxy.url, timeout=60) as http:

@@ -71,7 +71,7 @@ def test_the_sdk_asks_three_types_and_gets_predicts_numbers(shim, http, in_proce
     assert result.choices["team"].probabilities == local["answers"]["team"]["probabilities"]
     assert result.scores["urgency"].score == local["answers"]["urgency"]["score"]
     assert result.scores["urgency"].probabilities == {int(k): p for k, p in
-                                                     local["answers"]["urgency"]["probabilities"].items()}
+                                                      local["answers"]["urgency"]["probabilities"].items()}
     assert result.scores["urgency"].legend == {0: "Low", 1: "Medium", 2: "High"}
     assert result.nouls["refund_requested"].noul == local["answers"]["refund_requested"]["noul"]
     assert result.usage.input_tokens == local["usage"]["input_tokens"]
@@ -189,7 +189,7 @@ def test_a_model_valueerror_is_the_sdks_typed_422_naming_the_call(shim):
 def test_decidealots_examples_over_plain_http_and_the_batch(http, in_process, canonical):
     _, engine = in_process
     mixed = {"model": NAME, "state": {"summary": "A request changes access for an account that holds protected "
-                                                "records.", "requestedBy": "automated-worker", "hasApproval": False},
+                                      "records.", "requestedBy": "automated-worker", "hasApproval": False},
              "questions": {"route": {"type": "choice", "criteria": {"standard": "Handle through the normal workflow.",
                                                                     "review": "Send to a human reviewer."}},
                            "urgency": {"type": "score", "criteria": ["routine", "important", "urgent"]},

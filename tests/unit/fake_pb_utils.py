@@ -5,7 +5,8 @@ from wire.facts import ModelFacts
 
 FACTS = ModelFacts(name="Fake-Decision", repo="internlm/Intern-Decision-4B", revision="f" * 40,
                    inference_sha256="e" * 64, prompt_version="inference.py@sha256:eeeeeeeeeeeeeeee", dtype="bfloat16",
-                   device="cuda:0", vram_cap_gib=None, max_tokens=8192, vision_tower="removed", fla_version="0.5.2", causal_conv1d_version="1.7.0", linear_attention="fast", slow_kernels_allowed=False,
+                   device="cuda:0", vram_cap_gib=None, max_tokens=8192, vision_tower="removed", fla_version="0.5.2",
+                   causal_conv1d_version="1.7.0", linear_attention="fast", slow_kernels_allowed=False,
                    pinned=True, boot_id="b" * 32, started_at="2026-05-04T10:11:12.345+00:00")
 
 
@@ -47,4 +48,4 @@ class FakePbUtils:
 
     def find(self, family, **labels):
         return next(m for m in self.metrics if m.family == family and all(m.labels.get(k) == v
-                                                                           for k, v in labels.items()))
+                                                                          for k, v in labels.items()))

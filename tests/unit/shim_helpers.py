@@ -13,7 +13,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def make_settings(**env: str) -> ShimSettings:
-    values = {"INTERN_DECISION_API_TOKEN": TOKEN, "INTERN_DECISION_TRITON_API_KEY": "triton-key-for-tests-0123456789abcd"}
+    values = {"INTERN_DECISION_API_TOKEN": TOKEN,
+              "INTERN_DECISION_TRITON_API_KEY": "triton-key-for-tests-0123456789abcd"}
     values.update({f"INTERN_DECISION_{key.upper()}": value for key, value in env.items()})
     return ShimSettings.from_env(values)
 

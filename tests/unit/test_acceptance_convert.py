@@ -14,7 +14,7 @@ SEMIF = {"id": "a144-001", "state": "The parcel arrived broken.", "question": "W
                      {"id": "contradicted", "description": "It is contradicted."}],
          "label": 2, "family": "evidence_interpretation"}
 JEV = {"id": "wyrd-017", "state": {"turn": 3}, "question": {"type": "choice", "instructions": "Which reply fits?",
-                                                          "criteria": {"accept": "Accept.", "decline": "Decline."}},
+                                                            "criteria": {"accept": "Accept.", "decline": "Decline."}},
        "expected": "accept"}
 
 
@@ -53,7 +53,7 @@ def test_a_row_in_two_sets_becomes_one_row_with_both_suites(tmp_path):
     wyrd = write(tmp_path / "wyrd.json", [JEV], as_array=True)
     rows = merge_rows([("pooled", pooled), ("wyrd", wyrd)])
     assert [(row["id"], row["suites"]) for row in rows] == [("wyrd-017", ["pooled", "wyrd"]),
-                                                           ("other-1", ["pooled"])]
+                                                            ("other-1", ["pooled"])]
     changed = write(tmp_path / "changed.jsonl", [{**JEV, "expected": "decline"}])
     with pytest.raises(DataError, match="differs from the row of that id in another set"):
         merge_rows([("pooled", pooled), ("wyrd", changed)])

@@ -238,7 +238,8 @@ class LatencyService:
                                "input_tokens": 60}, "", 0.012)
         state = body["state"]
         state_tokens = state.count("Entry") * 10 if "Entry" in state or "Case log" in state else len(state) // 4
-        calls = [16] * (len(body["decisions"]) // 16) + ([len(body["decisions"]) % 16] * bool(len(body["decisions"]) % 16))
+        calls = ([16] * (len(body["decisions"]) // 16)
+                 + ([len(body["decisions"]) % 16] * bool(len(body["decisions"]) % 16)))
         tokens = [state_tokens + 40 * size for size in calls]
         if max(tokens) > self.max_tokens:
             return Reply(422, {"error": {"code": "invalid_request", "message": "too long"}}, "", 0.01)

@@ -424,8 +424,8 @@ def test_the_build_context_leaves_out_local_state():
                  "bench/overhead.py", "intern_decision_serve.egg-info/PKG-INFO", "README.md"):
         assert dockerignore_excludes(path, patterns), f".dockerignore lets {path} into the build context"
     for path in ("shim/app.py", "wire/__init__.py", "model_repository/intern_decision/config.pbtxt",
-                 "model_repository/intern_decision/1/model.py", "intern_decision_model/engine.py", "constraints/triton-image.txt",
-                 "docker/triton/start_triton.py", "docker/check_pins.py"):
+                 "model_repository/intern_decision/1/model.py", "intern_decision_model/engine.py",
+                 "constraints/triton-image.txt", "docker/triton/start_triton.py", "docker/check_pins.py"):
         assert not dockerignore_excludes(path, patterns), f".dockerignore leaves out {path}"
 
 

@@ -212,7 +212,7 @@ STUB_DEAD = (500, b'{"error":"Stub process \'intern_decision_0_0\' is not health
 
 
 def test_triton_is_healthy_while_the_model_is_ready_and_answers_a_ping_with_the_key(healthcheck, server, monkeypatch,
-                                                                                     capsys, tmp_path):
+                                                                                    capsys, tmp_path):
     monkeypatch.setattr(healthcheck, "TRITON_URL", f"http://127.0.0.1:{server.server_address[1]}")
     env = key_env(tmp_path, KEY + "\n")
     _Handler.answers = {"/v2/models/intern_decision/ready": 200}
@@ -328,7 +328,8 @@ def test_pins_are_read_with_normalised_names(check_pins):
     assert pins == {"typing-extensions": "4.16.0", "torch": "2.10.0+cu128"}
 
 
-@pytest.mark.parametrize("line", ["numpy<2", "numpy", "numpy>=1.26,<2", "-r other.txt", "numpy==1 ; python_version<'3'"])
+@pytest.mark.parametrize("line", ["numpy<2", "numpy", "numpy>=1.26,<2", "-r other.txt",
+                                  "numpy==1 ; python_version<'3'"])
 def test_anything_but_an_exact_pin_is_refused(check_pins, line):
     with pytest.raises(ValueError, match="exact pin"):
         check_pins.read_pins(line)

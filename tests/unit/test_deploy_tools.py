@@ -57,7 +57,8 @@ def test_every_alert_has_a_firing_and_a_quiet_case():
 def test_the_alerts_use_the_metric_names_agreed_with_the_shim_and_the_model():
     text = (DOCKER / "alerts.yml").read_text()
     for name in ('intern_decision_calls_total{outcome="out_of_memory"}', "intern_decision_shim_model_up",
-                 "intern_decision_shim_requests_total{status=~\"5..\"", 'intern_decision_shim_requests_total{status="429"}',
+                 "intern_decision_shim_requests_total{status=~\"5..\"",
+                 'intern_decision_shim_requests_total{status="429"}',
                  'nv_inference_request_failure{model="intern_decision"}', "intern_decision_shim_connections_busy",
                  "intern_decision_shim_connections_max"):
         assert name in text, name

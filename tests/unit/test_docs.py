@@ -79,7 +79,8 @@ def test_every_route_the_app_serves_is_in_a_surfaces_route_table_and_no_other():
               for method in route.methods if method != "HEAD"}
     tables = {row for page in ("semif.md", "systemone.md") for row in ROUTE_ROW.findall(page_text(DOCS / page))}
     assert ("POST", "/decide") in tables and ("GET", "/v1/models") in tables  # the rows are read
-    assert (sorted(served - tables), sorted(tables - served)) == ([], []), "(served, not in a table; in one, not served)"
+    assert (sorted(served - tables), sorted(tables - served)) == ([], []), (
+        "(served, not in a table; in one, not served)")
 
 
 def test_the_differences_are_numbered_without_a_gap():

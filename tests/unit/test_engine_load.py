@@ -15,9 +15,9 @@ from intern_decision_model.settings import Settings
 
 from ..tools import MODEL_VERSION_DIR
 from .fake_checkpoint import REVISION, write_checkpoint
+from .fake_torch import GIB, make_torch
 
 MODEL_PY = MODEL_VERSION_DIR / "model.py"
-from .fake_torch import GIB, make_torch
 
 
 @pytest.fixture

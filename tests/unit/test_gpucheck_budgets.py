@@ -102,8 +102,8 @@ def _fake_steps(monkeypatch, timings, sleeps, essential=None):
 
 def _options(tmp_path, deadline):
     return Options(mode="cpu", device="cpu", out=tmp_path / "out", scratch=tmp_path / "scratch",
-                         carry=tmp_path / "carry", checkpoint="fixture", rounds=1, warmup=0, kit_checks="4",
-                         kit_n=1, deadline=deadline)
+                   carry=tmp_path / "carry", checkpoint="fixture", rounds=1, warmup=0, kit_checks="4",
+                   kit_n=1, deadline=deadline)
 
 
 def test_a_slow_but_healthy_step_runs_past_its_expected_time_on_what_earlier_steps_left(monkeypatch, tmp_path):
@@ -121,7 +121,7 @@ def test_when_the_deadline_nears_the_least_valuable_steps_give_way_first(monkeyp
     ran = _fake_steps(monkeypatch, {"first": 1, "valuable": 3, "cheap": 2, "optional": 2}, {"first": 1.5},
                       essential=("first", "valuable", "cheap"))
     monkeypatch.setattr(check, "STEPS", tuple(sorted(check.STEPS, key=lambda spec: ["first", "cheap", "optional",
-                                                                                       "valuable"].index(spec.name))))
+                                                                                    "valuable"].index(spec.name))))
     report = check.run(_options(tmp_path, deadline=6))
     assert ran == ["first", "valuable"]
     steps = report.steps

@@ -143,7 +143,7 @@ def test_an_essential_step_that_runs_out_of_time_fails(monkeypatch, tmp_path):
     (ServiceFault("the kit failed: {'6': 'fail'}"), FINDING, PASS),
 ])
 def test_an_optional_step_never_decides_the_run_and_a_fault_it_sees_is_a_finding(monkeypatch, tmp_path, error, status,
-                                                                                  result):
+                                                                                 result):
     def raises(ctx):
         raise error
 
@@ -275,7 +275,8 @@ def test_a_mixed_path_that_fails_too_falls_back_to_torch_and_both_failures_are_r
     assert [(block, extra) for block, _, extra in calls] == [(False, ()), (False, ("--block-conv",)), (True, ())]
     assert "on the mixed path (fla kept, torch's conv) it failed (fla's forward failed)" in found.summary
     assert "measured on torch's implementations" in found.summary
-    assert (ctx.out / "inprocess-mixed-failed.json").is_file() and (ctx.out / "inprocess-with-kernels-failed.json").is_file()
+    assert (ctx.out / "inprocess-mixed-failed.json").is_file()
+    assert (ctx.out / "inprocess-with-kernels-failed.json").is_file()
 
 
 def test_a_torch_fallback_with_less_than_its_need_left_is_not_started_and_says_why(tmp_path, monkeypatch):

@@ -83,9 +83,9 @@ def test_the_report_shows_the_graphs_beside_each_latency_row_and_after_each_step
     assert facts["cuda_graphs_after_acceptance"].endswith("(not every call counted yet)")
     assert _graphs_after({}) is None
     markdown = summary.render_markdown({"mode": "gpu", "result": "pass", "started": "t", "wall_seconds": 1,
-                                        "deadline_seconds": 525, "steps": [{"name": name, "status": "pass",
-                                        "seconds": 1.0, "detail": "", "data": step["data"]}
-                                        for name, step in steps.items()],
+                                        "deadline_seconds": 525,
+                                        "steps": [{"name": name, "status": "pass", "seconds": 1.0, "detail": "",
+                                                   "data": step["data"]} for name, step in steps.items()],
                                         "reference": REFERENCE, "facts": facts})
     assert "| 45 / 0 (exact) |" in markdown
     assert f"after the service, {facts['cuda_graphs_after_service']}; after the acceptance, " in markdown

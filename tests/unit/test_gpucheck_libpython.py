@@ -189,7 +189,7 @@ def test_the_shared_launcher_runs_an_environment_on_its_shared_libpython(tmp_pat
     library = shared_launcher.shared_library(sysconfig.get_config_var("LIBDIR"), version)
     launcher = shared_launcher.build(library, venv / "bin")
     assert shared_launcher.runs_shared(launcher) == {"version": sys.version.split()[0], "prefix": str(venv),
-                                                      "shared": True}
+                                                     "shared": True}
     done = subprocess.run([str(launcher), "-c", "import carried_by_pth; print(carried_by_pth.VALUE)"],
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "7", done.stderr

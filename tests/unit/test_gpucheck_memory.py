@@ -204,8 +204,8 @@ def test_check_6_under_the_production_cap_is_inconclusive_not_a_failure(tmp_path
 def test_where_no_cap_separates_the_checks_overcap_step_is_inconclusive_with_the_numbers(tmp_path):
     caps = cap.plan_caps(measured_inprocess(TOO_CLOSE))
     options = Options(mode="gpu", device="cuda", out=tmp_path / "out", scratch=tmp_path, carry=tmp_path,
-                            checkpoint="synthetic-full", rounds=1, warmup=0, kit_checks="4,5,6,7,8", kit_n=1,
-                            deadline=100)
+                      checkpoint="synthetic-full", rounds=1, warmup=0, kit_checks="4,5,6,7,8", kit_n=1,
+                      deadline=100)
     ctx = Context(options, Report(tmp_path, "gpu", 100, []), deadline=None, findings=Findings(caps=caps))
     with pytest.raises(Inconclusive) as raised:
         served.overcap_step(ctx)
@@ -314,7 +314,7 @@ PROFILES = {
     # quadratic in the length (an eager attention's scores in the full-attention layers)
     "quadratic": (Profile(allocated={t: 0.05 + 2.6e-8 * t * t for t in (0, 289, 798, 2000, 3900, 6000, 7900, 8192)},
                           reserved={t: 1.15 * (0.05 + 2.6e-8 * t * t) for t in (0, 289, 798, 2000, 3900, 6000, 7900,
-                                                                                 8192)}), True),
+                                                                                8192)}), True),
     # a step: buffers allocated per 4,096 tokens; the largest call is below the startup's tower
     "step": (Profile(allocated={289: 0.35, 4096: 0.35, 4097: 0.65, 8192: 0.65},
                      reserved={289: 0.38, 4096: 0.38, 4097: 0.72, 8192: 0.72}), False),
@@ -327,7 +327,7 @@ PROFILES = {
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_where_a_test_cap_is_set_the_instance_starts_serves_the_normal_shapes_and_the_largest_call_is_503(tmp_path,
-                                                                                                            name):
+                                                                                                          name):
     profile, separates = PROFILES[name]
     measured = measured_profile(profile)
     caps = cap.plan_caps(measured)

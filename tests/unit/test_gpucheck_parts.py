@@ -98,9 +98,9 @@ def test_latency_rows_split_the_service_time_down_to_the_forward_in_the_stub_and
     assert (row["inprocess_forward_p50_ms"], row["shim_p50_ms"], row["stub_forward_p50_ms"]) == (79.9, 101.2, 93.0)
     assert (row["graphs_exact_p50_ms"], row["graphs_bucketed_p50_ms"]) == (24.0, 25.5)
     markdown = summary.render_markdown({"mode": "gpu", "result": "pass", "started": "t", "wall_seconds": 1,
-                                        "deadline_seconds": 525, "steps": [{"name": name, "status": "pass",
-                                        "seconds": 1.0, "detail": "", "data": step["data"]}
-                                        for name, step in steps.items()],
+                                        "deadline_seconds": 525,
+                                        "steps": [{"name": name, "status": "pass", "seconds": 1.0, "detail": "",
+                                                   "data": step["data"]} for name, step in steps.items()],
                                         "reference": REFERENCE, "facts": {}})
     assert "| 88.6 / 89.0 | 79.9 | — | 24.0 / 25.5 | 105.7 / 106.0 / 110.0 | 101.2 | 93.0 | 17.1 / 17.0 | — |" \
         in markdown

@@ -17,7 +17,7 @@ def test_a_single_question_is_field_q_and_keeps_the_option_order():
                                                                {"id": "alpha", "description": "A"}]}
     [call] = shapes.predict_calls({"state": {"k": 1}, "decisions": [decision]})
     assert call == {"state": {"k": 1}, "questions": {"q": {"type": "choice", "instructions": "Which?",
-                                                            "criteria": {"zeta": "Z", "alpha": "A"}}}}
+                                                           "criteria": {"zeta": "Z", "alpha": "A"}}}}
     assert "d-1" not in str(call)  # decision ids never reach the prompt
 
 

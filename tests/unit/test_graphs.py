@@ -66,7 +66,8 @@ class FakeCapture:
     the records numbered in `fails_at`, from 1)."""
 
     def __init__(self, grows=0, fails=None, fails_at=None):
-        self.grows, self.fails, self.fails_at, self.reserved, self.recorded, self.tried = grows, fails, fails_at, 0, 0, 0
+        self.grows, self.fails, self.fails_at = grows, fails, fails_at
+        self.reserved, self.recorded, self.tried = 0, 0, 0
 
     def record(self, run):
         self.tried += 1

@@ -39,8 +39,8 @@ def test_oom_is_reraised_unchained_after_the_failed_frames_are_freed(torch, guar
     collect = guard_module.gc.collect
     monkeypatch.setattr(guard_module.gc, "collect", lambda: (torch.events.append("gc.collect"), collect())[1])
     with pytest.raises(OutOfMemory) as caught:
-        guard.call(failing_call(torch, lambda: torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")),
-                   {})
+        guard.call(failing_call(torch,
+                                lambda: torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")), {})
     assert caught.value.__cause__ is None and caught.value.__context__ is None
     assert caught.value.__suppress_context__
     assert torch.events == ["tensor freed", "gc.collect", "empty_cache"]
@@ -49,7 +49,8 @@ def test_oom_is_reraised_unchained_after_the_failed_frames_are_freed(torch, guar
 
 def test_runtime_error_whose_first_line_says_out_of_memory_is_an_oom(torch, guard):
     with pytest.raises(OutOfMemory):
-        guard.call(failing_call(torch, lambda: RuntimeError("CUDA error: out of memory\nCompile with TORCH_USE_CUDA_DSA")), {})
+        guard.call(failing_call(torch,
+                                lambda: RuntimeError("CUDA error: out of memory\nCompile with TORCH_USE_CUDA_DSA")), {})
     assert torch.events == ["tensor freed", "empty_cache"]
 
 
@@ -61,7 +62,8 @@ def test_out_of_memory_only_in_a_later_line_is_not_an_oom(torch, guard):
 def test_other_failure_becomes_scoring_failed_unchained_and_logged_with_traceback(torch, guard, caplog):
     with caplog.at_level(logging.ERROR, logger="intern_decision.guard"):
         with pytest.raises(ScoringFailed) as caught:
-            guard.call(failing_call(torch, lambda: ArithmeticError("Floating-point temperature scaling changed argmax")), {})
+            guard.call(failing_call(torch,
+                                    lambda: ArithmeticError("Floating-point temperature scaling changed argmax")), {})
     assert caught.value.__cause__ is None and caught.value.__context__ is None
     assert str(caught.value) == "ArithmeticError: Floating-point temperature scaling changed argmax"
     assert "Traceback" in caplog.text and "raise make_error()" in caplog.text

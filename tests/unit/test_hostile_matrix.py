@@ -772,8 +772,10 @@ COUNT_ATTACKS = {
                                                                "balancer": ({"closed"}, set())}),
     tokenless_bodies_past_the_size_limit: ([POST_ENTRY, "/mcp"], {"shim": ({401}, set()),
                                                                   "balancer": ({401, 413}, {"closed"})}),
-    bodies_past_the_size_limit: ([POST_ENTRY, "/mcp"], {"shim": ({413}, {SHARE}), "balancer": ({413}, {SHARE, "closed"})}),
-    gzip_past_the_decode_ratio: ([POST_ENTRY, "/mcp"], {"shim": ({413}, {SHARE}), "balancer": ({413}, {SHARE, "closed"})}),
+    bodies_past_the_size_limit: ([POST_ENTRY, "/mcp"], {"shim": ({413}, {SHARE}),
+                                                        "balancer": ({413}, {SHARE, "closed"})}),
+    gzip_past_the_decode_ratio: ([POST_ENTRY, "/mcp"], {"shim": ({413}, {SHARE}),
+                                                        "balancer": ({413}, {SHARE, "closed"})}),
     http2_without_upgrade: ([GET_ENTRY], {"shim": ({400}, set()), "balancer": ({400, "closed"}, set())}),
     mcp_get_and_delete: (["/mcp"], {"shim": ({401, 405}, set()), "balancer": ({401, 405}, {"closed"})}),
 }
@@ -806,7 +808,8 @@ def assert_bounded(unserved: list[str], health: HealthWatch, met: Met, bounds: t
 def test_an_attacker_meets_its_bound_while_a_victim_is_served(front, attack, entry, sources):
     attacker, victim = addresses()
     met = Met()
-    attacking = {each.__name__: each for each in COUNT_ATTACKS}[attack](front, entry, sources_of(attacker, sources), met)
+    run_attack = {each.__name__: each for each in COUNT_ATTACKS}[attack]
+    attacking = run_attack(front, entry, sources_of(attacker, sources), met)
     unserved, health = watched_while(attacking, front, victim, lambda: victim_is_served(front, entry, victim))
     assert_bounded(unserved, health, met, BOUNDS[attack][front.name])
 
@@ -814,7 +817,8 @@ def test_an_attacker_meets_its_bound_while_a_victim_is_served(front, attack, ent
 def scrape(front: Front, source: str) -> list[str]:
     """What a scrape of the shim's metrics from `source` is not served."""
     try:
-        with httpx.Client(timeout=VICTIM_TIMEOUT_SECONDS, transport=httpx.HTTPTransport(local_address=source)) as client:
+        with httpx.Client(timeout=VICTIM_TIMEOUT_SECONDS,
+                          transport=httpx.HTTPTransport(local_address=source)) as client:
             answer = client.get(f"http://127.0.0.1:{front.metrics_port}/metrics")
     except httpx.HTTPError as exc:
         return [repr(exc)]

@@ -1,8 +1,9 @@
 """The Kubernetes manifests (deploy/k8s: a Kustomize base and overlays) without a cluster: every built-in resource
 of every overlay validated by kubernetes-validate in strict mode against the Kubernetes release the overlays
 target; the pod's design held (Triton a native sidecar, the probes, the GPU, the read-only weights, /dev/shm in
-memory, the grace period by the drain rule, which container sees which secret, a writable kernel cache); the custom resources (Gateway API, Envoy Gateway, KEDA, the Prometheus
-operator) checked field by field, since no schema of theirs ships with the validator; promtool on the fleet's
+memory, the grace period by the drain rule, which container sees which secret, a writable kernel cache); the custom
+resources (Gateway API, Envoy Gateway, KEDA, the Prometheus operator) checked field by field, since no schema of
+theirs ships with the validator; promtool on the fleet's
 recording and alert rules and their unit tests; checkov (scripts/install-checkov.sh: from PyPI, in an environment of
 its own) on the base, with a reviewed skip list (deploy/k8s/checkov-skips.yaml). A missing tool is a failure.
 

@@ -225,7 +225,8 @@ def test_the_app_hands_over_what_the_server_needs_explicitly():
     assert found == []
 
 
-@pytest.mark.parametrize("module", ["shim/errors/failures.py", "shim/health.py", "shim/port/watch.py", "shim/port/model.py"])
+@pytest.mark.parametrize("module", ["shim/errors/failures.py", "shim/health.py", "shim/port/watch.py",
+                                    "shim/port/model.py"])
 def test_why_the_model_is_unusable_is_never_read_back_from_text(module):
     """A Problem carries its public words and its detail from where it arises (errors.Problem): nothing that passes
     it on chooses the words by how a detail's text starts, nor cuts it."""

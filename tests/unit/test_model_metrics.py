@@ -92,7 +92,8 @@ def test_the_graphs_facts_are_published_live_after_start_up(pb):
     assert pb.find("intern_decision_graph_calls_total", path="replayed").value == 6
     assert pb.find("intern_decision_graph_calls_total", path="eager").value == 4
     assert pb.find("intern_decision_cuda_graphs", mode="exact").value == 0  # the series of a mode no longer served
-    assert pb.find("intern_decision_cuda_graphs", mode="off", reason="replaying 289x3 failed: RuntimeError: x").value == 1
+    assert pb.find("intern_decision_cuda_graphs", mode="off",
+                   reason="replaying 289x3 failed: RuntimeError: x").value == 1
     assert [pb.find("intern_decision_graph_shapes", state=state).value
             for state in ("captured", "refused_out_of_memory", "refused_budget", "refused_differs")] == [0, 1, 1, 1]
 

@@ -1,4 +1,5 @@
 """Model-side configuration: defaults, and every value validated with a ValueError naming the variable."""
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,13 @@ def test_defaults_are_the_pins_and_the_contract_limits():
     assert (settings.max_tokens, settings.release_slack_mib, settings.keep_vision) == (8192, 512, False)
     assert settings.release_slack_bytes == 512 * 1024 * 1024
     assert settings.pinned and settings.unpinned == ()
+
+
+def test_each_declared_default_is_what_an_empty_environment_gives():
+    settings = Settings.from_env({})
+    declared = {field.name: field.default for field in fields(Settings) if field.default is not MISSING}
+    assert {"device", "max_tokens", "release_slack_mib", "graph_budget_mib"} <= set(declared)
+    assert {name: getattr(settings, name) for name in declared} == declared
 
 
 def test_the_default_checkpoint_follows_an_explicit_revision():
@@ -97,7 +105,8 @@ def test_graph_settings_default_to_auto_and_read_their_lists():
     settings = Settings.from_env({})
     assert (settings.cuda_graphs, settings.graph_shapes, settings.graph_budget_mib) == ("auto", (), 1024)
     assert settings.graph_buckets == (256, 512, 1024, 2048, 4096, 8192) and settings.graph_gate == 0.01
-    settings = Settings.from_env({"INTERN_DECISION_CUDA_GRAPHS": "bucketed", "INTERN_DECISION_GRAPH_SHAPES": "289x3,9x1",
+    settings = Settings.from_env({"INTERN_DECISION_CUDA_GRAPHS": "bucketed",
+                                  "INTERN_DECISION_GRAPH_SHAPES": "289x3,9x1",
                                   "INTERN_DECISION_GRAPH_BUCKETS": "128,640", "INTERN_DECISION_GRAPH_BUDGET_MIB": "0",
                                   "INTERN_DECISION_GRAPH_GATE": "0.002"})
     assert settings.cuda_graphs == "bucketed" and [str(shape) for shape in settings.graph_shapes] == ["289x3", "9x1"]

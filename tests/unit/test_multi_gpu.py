@@ -77,7 +77,7 @@ def test_the_shims_grace_period_is_the_drain_rule_of_their_settings(tmp_path):
     module = renderer()
     assert module.stop_grace_seconds() == 5 + 64 * 120 + module.GRACE_MARGIN_SECONDS
     (tmp_path / "shim.env").write_text("INTERN_DECISION_DRAIN_SECONDS=8\nINTERN_DECISION_CALL_TIMEOUT_SECONDS=30\n"
-                                        "INTERN_DECISION_MAX_DECISIONS=16\nINTERN_DECISION_MAX_QUEUE=4\n")
+                                       "INTERN_DECISION_MAX_DECISIONS=16\nINTERN_DECISION_MAX_QUEUE=4\n")
     timing = module.timing_from_env_file(tmp_path / "shim.env")
     assert timing == {"drain_seconds": 8.0, "call_timeout": 30.0, "max_calls": 16}
     out = tmp_path / "out"

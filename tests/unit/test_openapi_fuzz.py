@@ -20,7 +20,7 @@ POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
 @pytest.fixture(scope="module")
 def schema():
     app = create_app(ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": TOKEN,
-                                      "INTERN_DECISION_TRITON_API_KEY": "k" * 32}), FakeModel())
+                                            "INTERN_DECISION_TRITON_API_KEY": "k" * 32}), FakeModel())
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

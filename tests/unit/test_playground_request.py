@@ -89,8 +89,8 @@ def test_a_blank_text_or_a_state_the_service_would_refuse_is_an_error_as_typed(m
 # --- the limits and the checks -----------------------------------------------------------------------------------
 
 def test_the_limits_are_the_named_models_as_published():
-    models = {"models": [{"name": "canonical@abc", "limits": LIMITS}, {"name": "alias", "limits": {**LIMITS,
-                                                                                                   "max_options_per_question": 9}}]}
+    models = {"models": [{"name": "canonical@abc", "limits": LIMITS},
+                         {"name": "alias", "limits": {**LIMITS, "max_options_per_question": 9}}]}
     assert js("limitsOf", js("modelEntry", models, "alias"))["max_options_per_question"] == 9
     assert js("limitsOf", js("modelEntry", models, "unknown"))["max_options_per_question"] == 2
     assert js("limitsOf", {"name": "x"}) is None

@@ -89,7 +89,8 @@ def test_the_page_loads_only_its_own_files_and_has_no_inline_script_or_style():
     assert not [tag for tag, attrs in parser.tags if tag == "style" or "style" in attrs
                 or any(name.startswith("on") for name in attrs)]
     loaded = [attrs.get("src") or attrs.get("href") for tag, attrs in parser.tags if tag in ("script", "link")]
-    assert sorted(loaded) == sorted(f"/playground/{name}" for name in ("playground.mjs", "playground.css", "favicon.svg"))
+    assert sorted(loaded) == sorted(f"/playground/{name}"
+                                    for name in ("playground.mjs", "playground.css", "favicon.svg"))
 
 
 def test_the_scripts_import_only_the_packages_own_modules():

@@ -188,7 +188,7 @@ MUTATIONS = {
     "description type": (lambda d: d["options"][-1].update(description=[]), ".description must be a string"),
     "orderings": (lambda d: d.update(orderings="some"), "orderings must be one of none, rotations, all"),
     "all above 4": (lambda d: d.update(orderings="all", options=[{"id": str(n), "description": ""}
-                                                                   for n in range(5)]), "'all' is allowed up to 4"),
+                                                                 for n in range(5)]), "'all' is allowed up to 4"),
 }
 
 

@@ -391,7 +391,7 @@ async def test_a_model_value_error_is_422_with_the_models_message(client, model)
     response = await client.post("/decide", json=decide_body(), headers=AUTH)
     assert response.status_code == 422
     assert response.json() == {"error": {"code": "invalid_request",
-                                          "message": "Example has 9000 tokens, above 8192; truncation is forbidden"}}
+                                         "message": "Example has 9000 tokens, above 8192; truncation is forbidden"}}
 
 
 # --- Engine failures and Triton -----------------------------------------------------------------------------------

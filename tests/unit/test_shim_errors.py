@@ -1,4 +1,5 @@
-"""Triton's errors mapped by the model's kind words, the model facts read from the metrics text, and the calls' bytes."""
+"""Triton's errors mapped by the model's kind words, the model facts read from the metrics text, and the calls'
+bytes."""
 import pytest
 
 from shim.errors import from_triton

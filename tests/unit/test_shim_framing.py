@@ -44,7 +44,7 @@ async def test_a_transfer_encoding_other_than_chunked_alone_is_501(client, codin
 
 def test_codings_and_bodies_read_from_the_headers():
     assert transfer_codings(Headers(raw=[(b"transfer-encoding", b"GZIP , chunked"), (b"x", b"y")])) == ["gzip",
-                                                                                                      "chunked"]
+                                                                                                        "chunked"]
     assert has_body(Headers(raw=[(b"content-length", b"12")])) and has_body(Headers(raw=[(b"transfer-encoding",
                                                                                           b"chunked")]))
     assert not has_body(Headers(raw=[(b"content-length", b"0")])) and not has_body(Headers(raw=[]))

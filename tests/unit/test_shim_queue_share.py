@@ -1,6 +1,6 @@
 """The opt-in share of the queue per source (MAX_QUEUE_PER_PEER) through the real app over a fake model held by a
-gate: one address holding its share leaves room for another, a balancer's address is exempt, and a full queue gives a lighter source's POST the
-place of the heaviest source's newest waiting request (429 busy), never scored."""
+gate: one address holding its share leaves room for another, a balancer's address is exempt, and a full queue gives a
+lighter source's POST the place of the heaviest source's newest waiting request (429 busy), never scored."""
 from __future__ import annotations
 
 import asyncio

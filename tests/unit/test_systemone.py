@@ -87,7 +87,7 @@ async def test_three_types_answer_under_the_callers_names_with_predicts_numbers(
     assert refund == {"type": "noul", "noul": native["refund"]["noul"], "x_native": native["refund"]}
     assert body["usage"] == {"input_tokens": 130, "output_tokens": 3}
     assert body["x_calls"] == [{"index": 0, "questions": ["team", "urgency", "refund"], "input_tokens": 130,
-                              "prompt_sha256": "sha-of-call-1", "inference_ms": 12.5}]
+                                "prompt_sha256": "sha-of-call-1", "inference_ms": 12.5}]
     assert body["x_calibration"] == CALIBRATION and body["x_prompt_version"] == FACTS["prompt_version"]
     assert body["x_model_facts"]["revision"] == FACTS["revision"]
     assert model.request_ids == ["req-1"]
@@ -149,7 +149,7 @@ async def test_above_16_questions_are_chunked_greedily_and_the_calls_shown(clien
     body = response.json()
     assert [len(call["questions"]) for call in model.calls] == [16, 16, 8]
     assert [call["questions"] for call in body["x_calls"]] == [[f"q{n}" for n in range(start, end)]
-                                                             for start, end in ((1, 17), (17, 33), (33, 41))]
+                                                               for start, end in ((1, 17), (17, 33), (33, 41))]
     assert list(body["answers"]) == [f"q{n}" for n in range(1, 41)]
     assert body["usage"] == {"input_tokens": 260 + 260 + 180, "output_tokens": 40}
     assert len(model.request_ids) == 1  # one inference request for all three calls
@@ -231,8 +231,8 @@ async def test_model_failures_as_on_the_semif_routes_503_with_retry_after(client
     model.fail_with = ModelFailure(failure, "boom", call=0)
     response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
     assert response.status_code == status and response.headers.get("retry-after") == retry_after
-    # a model_unavailable failure is told in fixed words (shim/errors/failures.py, Problem.public), the detail logged; so is
-    # an out-of-memory's detail (CUDA's line), after which call failed
+    # a model_unavailable failure is told in fixed words (shim/errors/failures.py, Problem.public), the detail logged;
+    # so is an out-of-memory's detail (CUDA's line), after which call failed
     message = {Failure.TRITON: "model unavailable", Failure.FAILED: "call 0 (questions 1–3): boom",
                Failure.OUT_OF_MEMORY: f"call 0 (questions 1–3): {OUT_OF_MEMORY_WORDS}"}[failure]
     assert response.json()["error"] == {"code": failure.error.code, "message": message}
@@ -246,7 +246,7 @@ async def test_an_answer_of_the_wrong_type_is_never_guessed(client, model):
     response = await client.post("/v1/systemone", json=mixed(), headers=AUTH)
     assert response.status_code == 500
     assert response.json()["error"]["message"] == ("the model's answer to question 'refund' is a choice answer, "
-                                                  "not a noul")
+                                                   "not a noul")
 
 
 async def test_the_batch_answers_in_order_one_inference_request_per_item(client, model):
@@ -573,7 +573,7 @@ def sdk_parses(monkeypatch) -> list[int]:
 
 
 async def test_a_large_tool_call_is_parsed_once_and_the_sdk_parses_only_the_message_around_it(client, model,
-                                                                                                sdk_parses):
+                                                                                              sdk_parses):
     from shim.systemone.mcp_body import SDK_MESSAGE_BYTES
 
     text = tool_call_text(nested_groups(1_000_000))
@@ -634,7 +634,7 @@ async def test_a_state_of_more_values_than_the_bound_is_refused_on_every_entry(c
         b'"STATE"', state), headers={**AUTH, "Content-Type": "application/json"})
     decided = await client.post("/decide", content=json.dumps(
         {"id": "d", "state": "STATE", "question": "q?", "options": [{"id": "a", "description": "a"},
-                                                                     {"id": "b", "description": "b"}]}).encode()
+                                                                    {"id": "b", "description": "b"}]}).encode()
         .replace(b'"STATE"', state), headers={**AUTH, "Content-Type": "application/json"})
     called = await client.post("/mcp", content=tool_call_text(state),
                                headers={**MCP_HEADERS, "Content-Type": "application/json"})
@@ -644,10 +644,11 @@ async def test_a_state_of_more_values_than_the_bound_is_refused_on_every_entry(c
     assert model.calls == []
 
 
-@pytest.mark.parametrize("meta", [{"values": list(range(100_000))}, {"numbers": [10 ** 4000] * 3}, {"text": "y" * 9000}],
+@pytest.mark.parametrize("meta", [{"values": list(range(100_000))}, {"numbers": [10 ** 4000] * 3},
+                                  {"text": "y" * 9000}],
                          ids=["many values", "long numbers", "a long string"])
 async def test_a_large_mcp_message_is_refused_without_being_serialized_on_the_loop(client, model, sdk_parses,
-                                                                                      monkeypatch, meta):
+                                                                                   monkeypatch, meta):
     """What the SDK would be handed is measured on the parsed value first: a large one is never dumped on the loop."""
     from shim.systemone import mcp
 

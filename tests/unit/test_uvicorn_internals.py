@@ -34,8 +34,8 @@ def pins() -> dict[str, str]:
 def test_uvicorn_is_pinned_to_one_version_everywhere_and_that_version_is_installed():
     written = pins()
     assert set(written.values()) == {f"uvicorn=={uvicorn.__version__}"}, (
-        f"uvicorn {uvicorn.__version__} is installed; the pins say {written}: the protocol subclasses uvicorn's private "
-        f"httptools internals, so move every pin together and rerun this test")
+        f"uvicorn {uvicorn.__version__} is installed; the pins say {written}: the protocol subclasses uvicorn's "
+        f"private httptools internals, so move every pin together and rerun this test")
 
 
 def test_the_httptools_protocol_still_has_the_callbacks_the_bounded_protocol_overrides():

@@ -27,8 +27,10 @@ MODEL_DIR = Path(__file__).resolve().parents[2] / "model_repository" / "intern_d
 
 FACTS = ModelFacts(name="Intern-Decision-4B", repo="internlm/Intern-Decision-4B", revision="0e5e" * 10,
                    inference_sha256="c904" * 16, prompt_version="inference.py@sha256:c904c904c904c904",
-                   dtype="bfloat16", device="cuda:0", vram_cap_gib=35.5, max_tokens=8192, vision_tower="removed", fla_version="0.5.2", causal_conv1d_version="1.7.0", linear_attention="fast", slow_kernels_allowed=False,
-                   pinned=True, boot_id="b" * 32, started_at="2026-05-04T10:11:12.345+00:00")
+                   dtype="bfloat16", device="cuda:0", vram_cap_gib=35.5, max_tokens=8192, vision_tower="removed",
+                   fla_version="0.5.2", causal_conv1d_version="1.7.0", linear_attention="fast",
+                   slow_kernels_allowed=False, pinned=True, boot_id="b" * 32,
+                   started_at="2026-05-04T10:11:12.345+00:00")
 
 
 def test_an_escaped_surrogate_pair_is_a_real_character():

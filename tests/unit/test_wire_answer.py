@@ -68,7 +68,7 @@ def test_a_field_the_call_did_not_answer_is_refused():
 def test_the_model_side_writes_the_three_keys_onto_predicts_output():
     predicted = {"answers": {}, "usage": {}}
     assert written(predicted, "h", "v", {"name": "m"}) == {"answers": {}, "usage": {}, "prompt_sha256": "h",
-                                                          "prompt_version": "v", "model_facts": {"name": "m"}}
+                                                           "prompt_version": "v", "model_facts": {"name": "m"}}
 
 
 def test_one_failure_type_names_the_kind_everywhere():

@@ -146,7 +146,7 @@ class TritonPythonModel:
 def _start_metrics(model_name, engine):
     try:
         return ModelMetrics(pb_utils, model_name, engine.facts, lambda: engine.memory,
-                           lambda: engine.memory_baseline, engine.graph_facts)
+                            lambda: engine.memory_baseline, engine.graph_facts)
     except Exception as exc:
         raise StartupRefused(f"metrics check failed: the model's metrics could not be registered: "
                              f"{type(exc).__name__}: {exc}") from exc
