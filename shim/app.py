@@ -132,7 +132,7 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         # The contract's order for a POST, from the headers alone until admitted: a refused one takes no slot.
         Middleware(BearerAuth,
                    tokens=AcceptedTokens(settings.api_token, settings.api_token_next, settings.api_keys),
-                   authenticated_paths=secured_gets(openapi_document()) | {MCP_PATH}),  # /mcp: every method
+                   authenticated_paths=secured_gets(openapi_document()) | {MCP_PATH}),
         Middleware(RefuseWhileDraining, drain=drain),
         Middleware(KnownEncoding),
         Middleware(Admission, share=queue_share(settings), drain=drain,

@@ -56,7 +56,7 @@ def test_every_setting_the_code_reads_is_documented_and_every_documented_one_is_
     read = {name for source in SETTINGS_SOURCES for name in READ.findall(page_text(ROOT / source))}
     assert {"API_TOKEN", "MAX_QUEUE", "MAX_TOKENS", "REVISION"} <= read  # the pattern still finds them
     documented = set(documented_settings())
-    assert read - documented == set(), "settings read but not in docs/configuration.md"
+    assert read - documented == set(), "add a row | `NAME` | shim or model | default | rule | to docs/configuration.md"
     assert documented - read - READ_ELSEWHERE == set(), "settings in docs/configuration.md that nothing reads"
     elsewhere = page_text(ROOT / "docker" / "healthcheck.py")
     assert [name for name in READ_ELSEWHERE if f'(env, "{name}"' not in elsewhere] == []
