@@ -28,7 +28,7 @@ from .edge.request_id import RequestId
 from .edge.tokens import AcceptedTokens
 from .edge.trace import TraceRequest
 from .errors.handlers import EXCEPTION_HANDLERS
-from .errors.openapi import served
+from .errors.openapi import secured_gets, served
 from .health import HEALTH_PATH, HealthCheck, health_route
 from .metrics import ShimMetrics
 from .playground.routes import playground_routes
@@ -132,7 +132,7 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         # The contract's order for a POST, from the headers alone until admitted: a refused one takes no slot.
         Middleware(BearerAuth,
                    tokens=AcceptedTokens(settings.api_token, settings.api_token_next, settings.api_keys),
-                   authenticated_paths=frozenset({"/v1/models", MCP_PATH})),
+                   authenticated_paths=secured_gets(openapi_document()) | {MCP_PATH}),
         Middleware(RefuseWhileDraining, drain=drain),
         Middleware(KnownEncoding),
         Middleware(Admission, share=queue_share(settings), drain=drain,

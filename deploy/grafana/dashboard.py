@@ -91,9 +91,8 @@ def is_it_keeping_up() -> list:
               (f'sum by (instance) (rate(intern_decision_shim_requests_total{{status="429"}}[{RATE}])) / '
                f"sum by (instance) (rate(intern_decision_shim_requests_total{{{API}}}[{RATE}]))", "429 {{instance}}"),
               width=8),
-        graph("Share of server errors (5xx)", "5xx over the API's requests (500 scoring_failed, 502 "
-              "model_unavailable, 503 out_of_memory or draining). Alert: InternDecisionHigh5xxRate (over 5% for 5 "
-              "minutes).", "percentunit",
+        graph("Share of server errors (5xx)", "5xx over the API's requests (each code: docs/operations.md's "
+              "runbook). Alert: InternDecisionHigh5xxRate (over 5% for 5 minutes).", "percentunit",
               (f'sum by (instance) (rate(intern_decision_shim_requests_total{{status=~"5..", {API}}}[{RATE}])) / '
                f"sum by (instance) (rate(intern_decision_shim_requests_total{{{API}}}[{RATE}]))", "5xx {{instance}}"),
               width=8),
@@ -103,8 +102,8 @@ def is_it_keeping_up() -> list:
               ("max by (instance) (intern_decision_shim_connections_busy)", "busy {{instance}}"),
               ("max by (instance) (intern_decision_shim_connections_max)", "max {{instance}}"),
               width=24),
-        graph("Refusals by bound", "Each refusal's status: 401 token, 408 body too slow, 413 body too large, "
-              "415 encoding, 422 invalid, 429 queue full, 499 client gone, 503 draining or out of memory.", "reqps",
+        graph("Refusals by bound", "Each refusal's status, one line each (what each means and what to do: "
+              "docs/operations.md's runbook).", "reqps",
               (f'sum by (status) (rate(intern_decision_shim_requests_total{{status=~"4..|5.."}}[{RATE}]))',
                "{{status}}"),
               (f"sum(rate(intern_decision_shim_busy_total[{RATE}]))", "busy (429) counted at admission"),
@@ -134,7 +133,7 @@ def where_the_time_goes() -> list:
                         for series, what in (("intern_decision_input_tokens", "tokens per call"),
                                              ("intern_decision_shim_calls_per_request", "calls per request"))
                         for q, p in ((0.5, 50), (0.95, 95))]),
-        graph("Calls by outcome", "The model's calls by outcome (ok, invalid, failed, out_of_memory).", "cps",
+        graph("Calls by outcome", "The model's calls, one line per outcome.", "cps",
               (f"sum by (outcome) (rate(intern_decision_calls_total{per}))", "{{outcome}}")),
     ]
 

@@ -1,5 +1,6 @@
 """The bearer token (401), from the headers alone, so an unauthenticated request never takes a queue slot nor has its
-body read: every POST needs it, and so do the paths create_app names whatever the method; no other GET does."""
+body read: every POST needs it, and so do the paths app names whatever the method (the GETs shim/openapi.json
+secures, and /mcp); no other GET does."""
 from __future__ import annotations
 
 from starlette.datastructures import Headers

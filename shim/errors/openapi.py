@@ -1,5 +1,5 @@
 """The OpenAPI document as served: the committed one (shim/openapi.json) with the registry's part filled in, which
-error statuses and codes each operation answers and the envelopes' code enums."""
+error statuses and codes each operation answers and the envelopes' code enums; and the GETs it secures."""
 from __future__ import annotations
 
 import copy
@@ -25,8 +25,14 @@ def errors_of(method: str, operation: dict) -> dict[int, list[PublicError]]:
     return by_status
 
 
+def secured_gets(document: dict) -> frozenset[str]:
+    """The paths whose GET needs the bearer token: those whose GET operation has a security requirement."""
+    return frozenset(path for path, methods in document["paths"].items() if methods.get("get", {}).get("security"))
+
+
 def served(committed: dict) -> dict:
-    """The served document; a committed error response that no error of the registry answers there is refused."""
+    """The served document; an operation without its security, or a committed error response that no error of the
+    registry answers there, is refused."""
     document = copy.deepcopy(committed)
     codes = [error.code for error in REGISTRY if error.by_shim and error.sent]
     for name in ENVELOPES:
@@ -34,6 +40,9 @@ def served(committed: dict) -> dict:
         error["properties"] = {**code_schema(codes, enum=True), **error["properties"]}
     for path, methods in document["paths"].items():
         for method, operation in methods.items():
+            if "security" not in operation:
+                raise ValueError(f"{method.upper()} {path} declares no security: [] when open, "
+                                 '[{"bearerAuth": []}] when it needs the token')
             operation["responses"] = responses(path, method, operation)
     return document
 

@@ -70,3 +70,13 @@ def test_kubernetes_ships_the_same_json_for_grafanas_sidecar():
     assert generator["files"] == ["intern-decision.json"]
     assert generator["options"]["labels"] == {"grafana_dashboard": "1"}
     assert json.loads((GRAFANA / "intern-decision.json").read_text())["uid"] == "intern-decision"
+
+
+def test_no_panel_lists_error_codes_the_runbook_holds(builder):
+    """What each status and code means is docs/operations.md's runbook, held to the registry; a panel naming several
+    would go stale with the next one."""
+    from shim.errors.codes import REGISTRY
+
+    for panel in panels(builder.build()):
+        named = {error.code for error in REGISTRY if re.search(rf"\b{error.code}\b", panel.get("description", ""))}
+        assert len(named) <= 1, f"{panel['title']} lists {sorted(named)}: point to docs/operations.md's runbook"

@@ -102,6 +102,8 @@ TYPESAFE_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error
 
 
 def test_each_error_carries_typesafes_error_type_for_its_status():
+    assert sorted({error.status for error in REGISTRY} - set(TYPESAFE_ERROR_TYPES)) == [], \
+        "add the status's error_type to TYPESAFE_ERROR_TYPES in tests/unit/test_error_codes.py"
     assert {error.code: error.error_type for error in REGISTRY} == \
         {error.code: TYPESAFE_ERROR_TYPES[error.status] for error in REGISTRY}
 
@@ -131,9 +133,40 @@ def errors_rows(page: Path) -> dict[str, tuple[int, str]]:
 
 
 def test_the_semif_errors_table_is_the_registry_both_ways():
-    rows = errors_rows(ROOT / "docs" / "semif.md")
+    rows = {code: status for code, (status, _) in errors_rows(ROOT / "docs" / "semif.md").items()}
     answered = {error.code: error.status for error in REGISTRY if error.by_shim and error.sent}
-    assert {code: status for code, (status, _) in rows.items()} == answered
+    assert sorted(answered.items() - rows.items()) == [], "add a row | STATUS | `code` | when | to docs/semif.md, " \
+        "'Errors'"
+    assert sorted(rows.items() - answered.items()) == [], "docs/semif.md, 'Errors': a row the registry does not send"
+
+
+RUNBOOK = "## Runbook: what each error code means and what to do"
+
+
+def runbook_rows() -> set[tuple[int, str]]:
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = text.split(f"\n{RUNBOOK}\n", 1)[1].split("\n## ", 1)[0]
+    return {(int(status), code) for status, code in re.findall(r"^\| (\d{3}) `([a-z_]+)` \|", section, re.M)}
+
+
+def test_the_runbook_has_a_row_for_every_code_of_the_registry_and_no_other():
+    rows, registered = runbook_rows(), {(error.status, error.code) for error in REGISTRY}
+    assert (401, "unauthorized") in rows  # the rows are read
+    assert sorted(registered - rows) == [], \
+        f"add a row | STATUS `code` | what happened | what to do | to docs/operations.md, '{RUNBOOK[3:]}'"
+    assert sorted(rows - registered) == [], f"docs/operations.md, '{RUNBOOK[3:]}': a row the registry does not hold"
+
+
+def test_the_operations_page_names_every_failure_kind_the_series_counts():
+    """intern_decision_shim_triton_errors_total's `kind` values are the Failure members' labels (shim/errors/)."""
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    (row,) = [line for line in text.splitlines() if line.startswith("| `intern_decision_shim_triton_errors_total`")]
+    named = set(re.findall(r"`([a-z_]+)`", row)) - {"intern_decision_shim_triton_errors_total", "kind"}
+    labels = {failure.label for failure in errors.Failure if failure.label is not None}
+    assert sorted(labels - named) == [], "add the kind to docs/operations.md, 'The shim's series', " \
+        "intern_decision_shim_triton_errors_total's row"
+    assert sorted(named - labels) == [], "docs/operations.md, 'The shim's series', triton_errors_total: a kind no " \
+        "Failure counts"
 
 
 def test_the_semif_errors_table_says_which_ask_to_wait():

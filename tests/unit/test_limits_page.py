@@ -1,5 +1,6 @@
 """Every bound the shim puts on a caller is on docs/operations.md's one limits page, with its value read from the
-code: each setting of ShimSettings that is not named below as something else, and the fixed bounds."""
+code: each setting of ShimSettings that is not named below as something else, and the fixed bounds; the errors it
+names are the registry's."""
 from __future__ import annotations
 
 import dataclasses
@@ -84,3 +85,13 @@ def test_every_fixed_bound_is_on_the_limits_page_with_its_value(name, value):
     lines = [line for line in limits_page() if name in line]
     assert [line for line in lines if any(said(line, form) for form in written(value))], \
         f"docs/operations.md, 'Reliability and limits': no line names {name} with {value}"
+
+
+def test_every_code_the_limits_page_names_is_the_registrys_with_its_status():
+    from shim.errors.codes import REGISTRY
+
+    named = {(int(status), code) for line in limits_page()
+             for status, code in re.findall(r"(?<![\d,])(\d{3}) `([a-z_]+)`", line)}
+    assert (429, "busy") in named  # the codes are read
+    assert sorted(named - {(error.status, error.code) for error in REGISTRY}) == [], \
+        "docs/operations.md, 'Reliability and limits': a status and code the registry (shim/errors/codes.py) lacks"

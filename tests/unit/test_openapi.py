@@ -11,11 +11,11 @@ from starlette.routing import Route
 from shim.app import OPENAPI_PATH, create_app, openapi_document
 from shim.errors import Failure
 from shim.errors import codes as error_codes
-from shim.errors.openapi import ENVELOPES, served
-from shim.settings import ShimSettings
+from shim.errors.openapi import ENVELOPES, secured_gets, served
 from wire.protocol import Kind
 
 from .fake_model import FakeModel
+from .shim_helpers import AUTH, client_for, make_settings
 
 COMMITTED = json.loads(OPENAPI_PATH.read_bytes())
 DOC = openapi_document()
@@ -24,15 +24,10 @@ DOC = openapi_document()
 POST_ERRORS = {(error.status, error.code) for error in error_codes.REGISTRY
                if error.by_shim and error.sent and error not in error_codes.HTTP_CODES.values()}
 assert {(Failure.of(kind).error.status, Failure.of(kind).error.code) for kind in Kind} <= POST_ERRORS
-HEADERS_TOO_LARGE = error_codes.HEADERS_TOO_LARGE.status
-# What the server writes before any route, on every path: an unreadable request, too many pipelined, too many
-# connections (a GET /health over MAX_CONNECTIONS is answered, its 503 its own).
-BY_SERVER = {error_codes.MALFORMED.status, error_codes.TOO_MANY_PIPELINED.status, HEADERS_TOO_LARGE}
-BUSY_SERVER = error_codes.TOO_MANY_CONNECTIONS.status
-GET_STATUSES = {"/health": {200, 503, *BY_SERVER}, "/openapi.json": {200, BUSY_SERVER, *BY_SERVER},
-                "/v1/models": {200, error_codes.UNAUTHORIZED.status, error_codes.UNAVAILABLE.status, BUSY_SERVER,
-                               *BY_SERVER}}
-OPEN_GETS = {"/health", "/openapi.json"}
+# Which operations each error's routes name, written apart from the code's own rule (shim/errors/openapi.py).
+ON = {error_codes.Routes.EVERY: lambda method, operation: True,
+      error_codes.Routes.TOKEN: lambda method, operation: operation["security"] == [{"bearerAuth": []}],
+      error_codes.Routes.POST: lambda method, operation: method == "POST"}
 
 
 def validator(schema: dict):
@@ -46,20 +41,60 @@ def operations():
             yield path, method.upper(), operation
 
 
+def registry_errors(method: str, operation: dict) -> set[tuple[int, str]]:
+    """The (status, code) pairs of the registry's errors whose routes take in the operation."""
+    return {(error.status, error.code) for error in error_codes.REGISTRY
+            if error.routes is not None and ON[error.routes](method, operation)}
+
+
+def served_routes() -> set[tuple[str, str]]:
+    app = create_app(make_settings(), FakeModel())
+    return {(route.path, method) for route in app.routes if isinstance(route, Route)
+            for method in route.methods if method != "HEAD"}
+
+
 def test_the_documented_routes_and_methods_are_the_apps():
-    app = create_app(ShimSettings.from_env({"INTERN_DECISION_API_TOKEN": "t" * 32,
-                                           "INTERN_DECISION_TRITON_API_KEY": "k" * 32}), FakeModel())
-    served = {(route.path, method) for route in app.routes if isinstance(route, Route)
-              for method in route.methods if method != "HEAD"}
-    assert served == {(path, method) for path, method, _ in operations()}
+    documented, served = {(path, method) for path, method, _ in operations()}, served_routes()
+    assert sorted(served - documented) == [], "add each to shim/openapi.json's paths, with its security"
+    assert sorted(documented - served) == [], "in shim/openapi.json's paths but not served"
+
+
+def test_an_operation_without_its_security_is_refused():
+    committed = json.loads(OPENAPI_PATH.read_bytes())
+    del committed["paths"]["/health"]["get"]["security"]
+    with pytest.raises(ValueError, match=r"GET /health declares no security"):
+        served(committed)
+
+
+@pytest.mark.anyio
+async def test_the_app_asks_for_the_token_where_the_document_says_and_nowhere_else():
+    """An operation with security answers 401 without the token and not with it; one without answers without it:
+    a GET's token lives in its OpenAPI operation alone."""
+    async with client_for(FakeModel()) as client:
+        for path, method, operation in operations():
+            secured = operation["security"] == [{"bearerAuth": []}]
+            assert operation["security"] in ([], [{"bearerAuth": []}]), (method, path)
+            assert secured or method == "GET", f"{method} {path}: every POST needs the token"
+            tokenless = await client.request(method, path, json={})
+            authorized = await client.request(method, path, json={}, headers=AUTH)
+            assert (tokenless.status_code == 401) == secured, (method, path, tokenless.status_code)
+            assert authorized.status_code != 401, (method, path)
+    assert "/v1/models" in secured_gets(DOC) and "/health" not in secured_gets(DOC)
+
+
+def test_each_operation_documents_its_own_answers_and_the_registrys_statuses():
+    for path, method, operation in operations():
+        own = {int(status) for status in COMMITTED["paths"][path][method.lower()]["responses"] if int(status) < 400}
+        assert 200 in own, (method, path)
+        assert {int(status) for status in operation["responses"]} == \
+            own | {status for status, _ in registry_errors(method, operation)}, (method, path)
 
 
 def test_posts_document_every_status_and_code_the_code_can_answer():
     for path, method, operation in operations():
         responses = operation["responses"]
         if method == "POST":
-            accepted = {202} if path == "/mcp" else set()  # an MCP notification is accepted without a body
-            assert {int(status) for status in responses} == {200} | accepted | {status for status, _ in POST_ERRORS}
+            assert {status for status, _ in registry_errors(method, operation)} == {status for status, _ in POST_ERRORS}
             for status in {status for status, _ in POST_ERRORS}:
                 codes = [code for answered, code in sorted(POST_ERRORS) if answered == status]
                 content = responses[str(status)]["content"]["application/json"]
@@ -68,9 +103,6 @@ def test_posts_document_every_status_and_code_the_code_can_answer():
                 assert sorted(documented.get("enum", [codes[0]])) == codes
                 assert content["example"]["error"]["code"] in codes
             assert operation["security"] == [{"bearerAuth": []}]
-        else:
-            assert {int(status) for status in responses} == GET_STATUSES[path]
-            assert operation["security"] == ([] if path in OPEN_GETS else [{"bearerAuth": []}])
 
 
 def test_the_envelopes_codes_are_every_code_the_app_answers():
@@ -87,14 +119,10 @@ def documented_codes(response: dict) -> set[str]:
 
 
 def test_each_operation_documents_the_codes_the_registry_gives_its_routes_and_no_other():
-    on = {error_codes.Routes.EVERY: lambda path, method: True,
-          error_codes.Routes.TOKEN: lambda path, method: path not in OPEN_GETS,
-          error_codes.Routes.POST: lambda path, method: method == "POST"}
     for path, method, operation in operations():
         documented = {(int(status), code) for status, response in operation["responses"].items()
                       if int(status) >= 400 for code in documented_codes(response)}
-        assert documented == {(error.status, error.code) for error in error_codes.REGISTRY
-                              if error.routes is not None and on[error.routes](path, method)}, (path, method)
+        assert documented == registry_errors(method, operation), (path, method)
 
 
 def test_the_committed_document_restates_no_code_the_registry_gives():
@@ -135,7 +163,7 @@ def test_every_response_documents_the_request_id_and_the_refusals_their_headers(
             if path.startswith("/v1/"):
                 assert response["headers"]["x-typesafe-request-id"] == {
                     "$ref": "#/components/headers/x-typesafe-request-id"}, (path, status)
-        if method == "POST" or path not in OPEN_GETS:
+        if operation["security"]:
             assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]
         if method == "POST":
             assert "Retry-After" in operation["responses"]["429"]["headers"]
