@@ -15,10 +15,10 @@ from starlette.datastructures import Headers
 
 from shim.app import build_service, create_app
 from shim.edge.admission import Admission
-from shim.edge.request_id import RequestId
 from shim.edge.auth import BearerAuth
 from shim.edge.body import BodyReader, KnownEncoding, declared_length
 from shim.edge.drain_gate import RefuseWhileDraining
+from shim.edge.request_id import RequestId
 from shim.edge.tokens import AcceptedTokens, bearer_matches
 from shim.json_body import ON_LOOP_BYTES, strict_body
 from wire import strict_json
