@@ -42,7 +42,7 @@ class Settings:
     graph_buckets: tuple[int, ...] = DEFAULT_GRAPH_BUCKETS
     graph_budget_mib: int = 1024
     graph_gate: float = 0.01  # bucketed mode: the most |Δp| against eager the start-up gate accepts
-    unpinned: tuple[str, ...] = ()  # the contract pins overridden, by variable name (ALLOW_UNPINNED=1)
+    unpinned: tuple[str, ...] = ()  # by variable name (ALLOW_UNPINNED=1)
 
     @property
     def pinned(self) -> bool:
@@ -54,7 +54,6 @@ class Settings:
 
     @property
     def prompt_version(self) -> str:
-        """Names the pinned inference.py that builds the prompt and the readout."""
         return f"inference.py@sha256:{self.inference_sha256[:16]}"
 
     @classmethod
@@ -116,7 +115,7 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default
 
 
 def _listed(env: Mapping[str, str], name: str, read, default: tuple) -> tuple:
-    """A comma-separated list, each item read by `read` (a ValueError names the variable); default when unset."""
+    """A comma-separated list; default when unset."""
     raw = get(env, name)
     if raw == "":
         return default
@@ -140,7 +139,7 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
 
 
 def instance_device(configured: str, instance_kind: str, device_id: int | str) -> str:
-    """The torch device for this Triton model instance; refuses a mismatch between the config and the env."""
+    """Refuses a mismatch between the config and the env."""
     if instance_kind == "CPU":
         if configured != "cpu":
             raise ValueError(f"{PREFIX}DEVICE is {configured!r} but the model instance is KIND_CPU; "

@@ -1,2 +1,1 @@
-"""The HTTP side: semif-serve's surface and TypeSafe's System One over one model port; app alone knows both.
-Its map: docs/architecture.md, "Package maps"."""
+"""The HTTP side: semif-serve's surface and TypeSafe's System One over one model port; app alone knows both."""

@@ -49,13 +49,11 @@ from .systemone.service import SystemOneService
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 
-# Where Starlette's own ServerErrorMiddleware (its last-resort 500) stands in the stack; ShimApp puts it there.
 LAST_RESORT_500 = Middleware(ServerErrorMiddleware)
 
 
 class ShimApp(Starlette):
-    """Starlette, its middleware one list, outermost first, with LAST_RESORT_500 in it: what stands above that wraps
-    even an unexpected exception's 500."""
+    """Starlette with LAST_RESORT_500 placed in the middleware list: the layers above it wrap even its 500."""
 
     def __init__(self, *, middleware: Sequence[Middleware], **kwargs: Any):
         (split,) = [index for index, layer in enumerate(middleware) if layer is LAST_RESORT_500]
@@ -70,8 +68,7 @@ class ShimApp(Starlette):
 
 
 def openapi_document() -> dict:
-    """The surface's OpenAPI document as served: shim/openapi.json with the registry's error codes filled in;
-    refuses to start when it is missing or not JSON."""
+    """shim/openapi.json with the registry's error codes filled in."""
     return served(json.loads(OPENAPI_PATH.read_bytes()))
 
 
@@ -85,8 +82,6 @@ def openapi_route(document: dict) -> Route:
 
 
 def lifespan_of(watch: ModelWatch, health_check: HealthCheck, mcp):
-    """The app's background work while it serves: the model's check and watch, and the MCP SDK's task group."""
-
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         await watch.open()
@@ -109,8 +104,6 @@ def lifespan_of(watch: ModelWatch, health_check: HealthCheck, mcp):
 
 
 class Service(NamedTuple):
-    """The app and what the server and the tests reach besides it."""
-
     app: Starlette
     settings: ShimSettings
     drain: Drain
@@ -119,9 +112,8 @@ class Service(NamedTuple):
 
 
 def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain) -> list[Middleware]:
-    """Every layer a request passes before its route, outermost first (shim/edge/)."""
     return [
-        # Outside the last-resort 500, so that even its answer has the request id, the access line and the conventions.
+        # Outside the last-resort 500, so that its answer has the request id, the access line and the conventions.
         Middleware(RequestId),
         *([Middleware(TraceRequest, route_of=metrics.route_of)] if settings.otlp_endpoint else []),
         Middleware(SystemOneConventions),
@@ -129,7 +121,7 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         Middleware(CloseUnread),
         Middleware(TransferEncodingGuard),
         LAST_RESORT_500,
-        # The contract's order for a POST, from the headers alone until admitted: a refused one takes no slot.
+        # The contract's order for a POST: a refused one takes no slot.
         Middleware(BearerAuth,
                    tokens=AcceptedTokens(settings.api_token, settings.api_token_next, settings.api_keys),
                    authenticated_paths=secured_gets(openapi_document()) | {MCP_PATH}),
@@ -145,23 +137,21 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
 
 
 def queue_share(settings: ShimSettings) -> QueueShare:
-    """The queue's places, each source keyed and the balancers exempted as the server's connections are."""
     return QueueShare(settings.max_queue, settings.max_queue_per_peer or None, source=source_of,
                       exempt=address_matcher(settings.balancer_addresses), waiting=lambda cycle: cycle.waiting)
 
 
 def create_app(settings: ShimSettings, model: Model | None = None, metrics: ShimMetrics | None = None) -> Starlette:
-    """The ASGI app alone (build_service's), for a caller that needs nothing else of it."""
     return build_service(settings, model, metrics).app
 
 
 def build_service(settings: ShimSettings, model: Model | None = None, metrics: ShimMetrics | None = None) -> Service:
-    """Every route bound to its service; both surfaces share one CallRunner, so one lock (INV-2)."""
+    """Both surfaces share one CallRunner, so one lock (INV-2)."""
     model = model if model is not None else TritonModel(settings)
     metrics = metrics if metrics is not None else ShimMetrics()
-    lock = Turns()  # INV-2: one request's calls at a time, callers in turn; the watch pings under it too
+    lock = Turns()  # the watch pings under it too
     watch = ModelWatch(model, lock, settings.probe_seconds)
-    drain = Drain(settings.drain_seconds)  # begun by the server on SIGTERM (shim/server/)
+    drain = Drain(settings.drain_seconds)
     openapi = openapi_document()
     health_check = HealthCheck(watch, metrics)
     runner = CallRunner(watch, metrics, lock)
@@ -170,7 +160,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
     api_routes = [health_route(settings, health_check, drain),
                   *semif_routes(DecisionService(runner, settings)),
                   *systemone_routes(systemone_service)]
-    metrics.name_routes(route.path for route in api_routes)  # the route labels; any other path is "other"
+    metrics.name_routes(route.path for route in api_routes)
     app = ShimApp(
         routes=[
             *api_routes,
@@ -182,7 +172,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan_of(watch, health_check, mcp),
     )
-    app.router.redirect_slashes = False  # /decide/ is 404 not_found, never a redirect
+    app.router.redirect_slashes = False  # /decide/ is a 404, never a redirect
     return Service(app, settings, drain, watch, ConnectionLimits.of(settings, HEALTH_PATH))
 
 
@@ -190,7 +180,7 @@ MCP_PATH = "/mcp"
 
 
 def _mcp_tools(service: SystemOneService, openapi: dict):
-    """The mcp package is imported only when MCP=1, and its absence then stops the start."""
+    """mcp is imported only when MCP=1; its absence then stops the start."""
     from .systemone.mcp import SystemOneTools
 
     return SystemOneTools(service, openapi)

@@ -1,5 +1,5 @@
-"""One HTTP request's life in one object, as uvicorn keeps it on its request cycle: its id, usage and caller, and
-once admitted, what ends its wait for the model's turn, each end raised as the registry's own error."""
+"""One HTTP request's life in one object, as uvicorn's request cycle: its id, usage, caller, and what ends its wait
+for the model's turn, raised as the registry's own error."""
 from __future__ import annotations
 
 import asyncio
@@ -14,7 +14,6 @@ from .drain import Drain
 from .errors.codes import BUSY, CLIENT_GONE, DRAINING
 from .errors.raised import ApiError
 
-# Told to a request that waited, from the heaviest source, when a lighter source's POST took its place (opt-in).
 RECLAIMED = "the queue is full and this client's source holds the most of it; retry later"
 
 # Never reset: uvicorn's "Exception in ASGI application" line, written after the app returned, still carries the id.
@@ -31,10 +30,10 @@ class Usage:
 class Cycle:
     id: str
     usage: Usage = field(default_factory=Usage)
-    caller: Hashable = None  # the model's turns are taken by caller (shim/port/turns.py); set when admitted
+    caller: Hashable = None  # the model's turns are taken by caller
     drain: Drain | None = None
-    scoring: bool = False  # it has held the model's turn
-    waiting: bool = False  # in its first wait for the turn: the only time the opt-in share may give its place away
+    scoring: bool = False
+    waiting: bool = False  # first wait for the turn: only then may the opt-in share give its place away
     waited: bool = False
     client_gone: asyncio.Event = field(default_factory=asyncio.Event)
     reclaimed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -44,15 +43,12 @@ class Cycle:
         self.drain = drain
 
     def stops(self) -> list[asyncio.Event]:
-        """What ends a wait for the model's turn; ApiError (DRAINING) at once when the drain already refuses."""
         if self.drain is not None and self.drain.refusing:
             self.end(self.drain.stops_queue)
         queue = [self.drain.stops_queue] if self.drain is not None else []
         return [self.client_gone, *queue, self.reclaimed]
 
     def end(self, stop: asyncio.Event) -> NoReturn:
-        """A request the drain stopped is 503 draining, its connection closed so that the retry goes to another
-        replica; one whose place went to a lighter source is 429 busy; one whose client went away is 499."""
         if self.drain is not None and stop is self.drain.stops_queue:
             raise ApiError(DRAINING, DRAINING.words)
         if stop is self.reclaimed:
@@ -69,7 +65,7 @@ class Cycle:
 
 
 def begin(scope: Scope, request_id: str) -> Cycle:
-    """The request's cycle, current from here on and kept in its scope for work run outside its task (MCP's)."""
+    """Kept in the scope too, for work run outside the request's task (MCP's)."""
     cycle = Cycle(request_id)
     scope.setdefault("state", {})["cycle"] = cycle
     _current.set(cycle)
@@ -81,7 +77,6 @@ def of_scope(scope: Scope) -> Cycle | None:
 
 
 def enter(cycle: Cycle | None) -> None:
-    """Makes `cycle` current in a task that runs outside the request's own (the MCP SDK's handlers)."""
     _current.set(cycle)
 
 
@@ -95,7 +90,6 @@ def current_id() -> str | None:
 
 
 def note_usage(calls: int | None = None, input_tokens: int | None = None) -> None:
-    """What the current request sends the model, for its access line; a no-op outside a request."""
     cycle = _current.get()
     if cycle is None:
         return

@@ -1,5 +1,5 @@
-"""GET /health and the model_up gauge: answered from the watch's verdict and a background loop's last check, so it
-costs Triton nothing; its reason is one of a few fixed public words, the details go to the log."""
+"""GET /health and the model_up gauge, from the watch's verdict and a background loop's last check: it costs Triton
+nothing."""
 from __future__ import annotations
 
 import asyncio
@@ -25,21 +25,20 @@ from .settings import ShimSettings
 log = logging.getLogger("intern_decision.shim")
 
 HEALTH_PATH = "/health"
-# The contract's words for how the semif routes pack their questions (shim/semif/plan.py), in /health.
 CHUNKING = ("greedy in request order: questions 1-16 form the first call, 17-32 the next, and so on; with "
             "orderings, ordering k of every decision that has more than k orderings forms wave k, each wave is "
             "packed the same way and the waves run one after another; a call with one question uses field q, "
             "a call with several uses q1..qN")
 
-MODEL_CHECK_SECONDS = 5.0  # how often Triton's readiness and the facts are read, whether /health is called or not
+MODEL_CHECK_SECONDS = 5.0
 
 
 class ModelHealth(NamedTuple):
-    """What a check of the model found: why it is unusable, or its facts."""
+    """Why the model is unusable, or its facts."""
 
-    problem: Problem | None  # why the model is not usable; None when it is
-    facts: ModelFacts | None  # the model's facts, when it is usable
-    graphs: LiveGraphs | None = None  # what the CUDA graphs do now, when the model is usable and publishes it
+    problem: Problem | None
+    facts: ModelFacts | None
+    graphs: LiveGraphs | None = None
 
 
 class HealthCheck:
@@ -47,12 +46,12 @@ class HealthCheck:
         self._watch = watch
         self._metrics = metrics
         self.facts = FactsCache(watch)
-        self._last: ModelHealth | None = None  # the last check's, without the watch's own verdict
+        self._last: ModelHealth | None = None  # without the watch's own verdict
         self._checking: asyncio.Future | None = None
-        self._kept = False  # whether keep_checking runs
+        self._kept = False
 
     async def current(self) -> ModelHealth:
-        """Sets model_up; no call to Triton of its own once keep_checking has checked."""
+        """Sets model_up; no call to Triton once keep_checking has checked."""
         if self._watch.down is None and not (self._kept and self._last is not None):
             await self.check()
         verdict = self._last if self._watch.down is None else ModelHealth(self._watch.down, None)
@@ -60,7 +59,7 @@ class HealthCheck:
         return verdict
 
     async def check(self) -> ModelHealth:
-        """Reads Triton's readiness and the facts now; callers that ask while a check runs share it."""
+        """Callers that ask while a check runs share it."""
         if self._checking is None:
             self._checking = asyncio.ensure_future(self._read())
             self._checking.add_done_callback(self._checked)
@@ -78,7 +77,7 @@ class HealthCheck:
             except ApiError as exc:
                 problem = Problem(exc.reason if isinstance(exc, ModelFailure) else MODEL_UNAVAILABLE, exc.message)
         if problem is None:
-            graphs = await self._watch.graphs()  # live, never cached: it changes while the model serves
+            graphs = await self._watch.graphs()  # never cached: it changes while the model serves
         if problem is not None:
             self.facts.clear()  # a restarted model may bring other pins
         previous, self._last = self._last, ModelHealth(problem, facts, graphs)

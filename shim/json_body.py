@@ -1,6 +1,5 @@
-"""A request's JSON, read strictly (wire.strict_json) where it cannot stall the event loop: small text on the loop,
-larger text on one worker thread that rests after each parse and takes callers in turn (docs/operations.md, "Bodies
-and parsing")."""
+"""A request's JSON, read strictly where it cannot stall the event loop: small text on the loop, larger text on one
+worker thread that rests after each parse and takes callers in turn."""
 from __future__ import annotations
 
 import asyncio
@@ -22,12 +21,12 @@ T = TypeVar("T")
 
 
 class _Worker:
-    """One thread for the work a body costs in proportion to its size, one job at a time, resting after each; the
-    next job is the oldest of the caller served least recently, so one caller's large bodies never hold another's."""
+    """The next job is the oldest of the caller served least recently: one caller's large bodies never hold
+    another's."""
 
     def __init__(self) -> None:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="body-parse")
-        self._rest_until = 0.0  # read and written by the worker thread alone
+        self._rest_until = 0.0  # the worker thread's alone
         self._turns = Turns()
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
@@ -42,7 +41,7 @@ class _Worker:
         time.sleep(max(0.0, self._rest_until - time.monotonic()))
         started = time.monotonic()
         collecting = gc.isenabled()
-        gc.disable()  # process-wide, for one job: this one worker is all that turns it off, and back on
+        gc.disable()  # process-wide: this one worker is all that turns it off, and back on
         try:
             return work(*args)
         finally:
@@ -56,7 +55,6 @@ _worker = _Worker()
 
 
 async def strict_body(raw: bytes, what: str = "the body") -> Any:
-    """The value of `raw`; strict_json.NotStrictJson, naming `what`, unless it is strict JSON."""
     with span("parse body"):
         if len(raw) <= ON_LOOP_BYTES:
             return strict_json.loads(raw, what)
@@ -64,15 +62,12 @@ async def strict_body(raw: bytes, what: str = "the body") -> Any:
 
 
 async def read_body(large: bool, work: Callable[..., T], *args: Any) -> T:
-    """work(*args) on the body worker, after the parse, when the body was large; on the loop otherwise."""
     if not large:
         return work(*args)
     return await _worker.run(work, *args)
 
 
 async def request_json(request: Request, invalid: Callable[[str], Exception]) -> tuple[Any, bool]:
-    """Either surface's body, read and parsed strictly, and whether it was large (read_body's `large`); not strict
-    JSON: the surface's `invalid` of the parser's words."""
     raw = await request.body()
     try:
         return await strict_body(raw), len(raw) > ON_LOOP_BYTES
@@ -81,7 +76,6 @@ async def request_json(request: Request, invalid: Callable[[str], Exception]) ->
 
 
 def json_object(value: Any, refused: Callable[[], Exception]) -> dict:
-    """`value` when it is a JSON object, else the surface's refusal naming the field in its own words."""
     if not isinstance(value, dict):
         raise refused()
     return value

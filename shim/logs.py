@@ -1,5 +1,4 @@
-"""The shim's logs: one JSON object per line, with the request id (and trace id while tracing) copied onto every
-record by a filter on the handler, uvicorn's records included."""
+"""One JSON object per line, the request id (and trace id) copied onto every record, uvicorn's included."""
 from __future__ import annotations
 
 import json
@@ -9,10 +8,10 @@ import time
 from .cycle import current_id
 from .tracing import current_trace_id
 
-# What every LogRecord has; anything else on a record came from extra= and is written as a field of its own.
+# Anything else on a record came from extra= and is written as a field of its own.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message", "asctime", "request_id", "trace_id",
-    "color_message",  # uvicorn's coloured copy of the message
+    "color_message",  # uvicorn's
 }
 
 
@@ -24,8 +23,6 @@ class RequestIdFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
-    """{"ts", "level", "logger", "message", "request_id", "trace_id"?, ...extra fields, "exception"?} on one line."""
-
     def format(self, record: logging.LogRecord) -> str:
         line = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
@@ -35,7 +32,7 @@ class JsonFormatter(logging.Formatter):
             "request_id": getattr(record, "request_id", None),
         }
         trace_id = getattr(record, "trace_id", None)
-        if trace_id is not None:  # only while tracing is on
+        if trace_id is not None:
             line["trace_id"] = trace_id
         for key, value in record.__dict__.items():
             if key not in _RECORD_ATTRIBUTES:
@@ -48,8 +45,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def log_config(level: str = "INFO") -> dict:
-    """Every logger, uvicorn's too, writes JSON lines to stdout through one handler; uvicorn's access log stays off,
-    as the shim writes its own line per request."""
+    """uvicorn's access log stays off: the shim writes its own line per request."""
     return {
         "version": 1,
         "disable_existing_loggers": False,

@@ -1,5 +1,4 @@
-"""One trace per request with OpenTelemetry's SDK, over OTLP/HTTP to INTERN_DECISION_OTLP_ENDPOINT (the spans:
-docs/operations.md). Unset, OpenTelemetry is not even imported, and every helper here is a no-op."""
+"""One trace per request over OTLP/HTTP; unset, OpenTelemetry is not even imported and every helper is a no-op."""
 from __future__ import annotations
 
 import contextlib
@@ -10,10 +9,8 @@ _OFF = contextlib.nullcontext()
 
 
 class _On:
-    """What tracing needs once it is on: the tracer, the trace API and the W3C propagator."""
-
     def __init__(self, endpoint: str):
-        # Imported here: without tracing, the process holds none of their objects for its garbage collector to walk.
+        # Imported here: without tracing, the garbage collector walks none of their objects.
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -28,24 +25,22 @@ class _On:
         self.propagator = TraceContextTextMapPropagator()
 
 
-_on: _On | None = None  # set once by start(), in python -m shim's process
+_on: _On | None = None
 
 
 def start(endpoint: str):
-    """Returns the tracer provider, whose shutdown() sends what is left."""
     global _on
     _on = _On(endpoint)
     return _on.provider
 
 
 def span(name: str, attributes: dict | None = None) -> ContextManager:
-    """A span of the request's trace, the current one inside it; while tracing is off, a shared context that does
-    nothing (about 0.3 µs; OpenTelemetry's own no-op span costs about 4.5)."""
+    """Off, a shared no-op context (about 0.3 µs; OpenTelemetry's own no-op span costs about 4.5)."""
     return _OFF if _on is None else _on.tracer.start_as_current_span(name, attributes=attributes)
 
 
 def request_span(name: str, headers: dict[str, str], attributes: dict) -> ContextManager:
-    """A child of the caller's traceparent (lowercase header names) when it is valid, else a new trace's root."""
+    """A child of the caller's traceparent (lowercase header names) when valid, else a new root."""
     if _on is None:
         return _OFF
     return _on.tracer.start_as_current_span(name, context=_on.propagator.extract(headers),
@@ -53,7 +48,6 @@ def request_span(name: str, headers: dict[str, str], attributes: dict) -> Contex
 
 
 def current_trace_id() -> str | None:
-    """The trace id of the span in force, 32 lowercase hex digits, or None outside a trace (or tracing off)."""
     if _on is None:
         return None
     context = _on.trace.get_current_span().get_span_context()
@@ -61,6 +55,5 @@ def current_trace_id() -> str | None:
 
 
 def inject(headers: MutableMapping[str, str]) -> None:
-    """Adds the traceparent of the span in force to headers (nothing while tracing is off)."""
     if _on is not None:
         _on.propagator.inject(headers)

@@ -1,2 +1,1 @@
-"""The request before any route: pure ASGI middleware, one concern each, ordered in shim/app.py.
-Its map: docs/architecture.md, "Package maps"."""
+"""The request before any route: pure ASGI middleware, one concern each, ordered in shim/app.py."""

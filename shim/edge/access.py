@@ -1,5 +1,5 @@
-"""One access line and the request series per HTTP request, just inside RequestId; a request whose app raised
-counts as 500, one that ended without a response (the client gone) as 499."""
+"""One access line and the request series per HTTP request; an app that raised counts as 500, a request that
+ended without a response as 499."""
 from __future__ import annotations
 
 import logging

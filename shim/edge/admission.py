@@ -1,8 +1,6 @@
-"""Admission (429, with Retry-After) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring,
-whatever their source, the next refused at once (the contract). Each admitted POST's cycle names its caller, for the
-model's turns. Opt-in, off by default: a named key's share, binding only while another caller waits; and
-MAX_QUEUE_PER_PEER, under which a lighter source's POST takes a heavier one's waiting cycle or waits in line for
-the next one freed. The drain counts every admitted POST until it is answered."""
+"""Admission (429) before a byte of the body is read: at most MAX_QUEUE POSTs queued or scoring, the next refused at
+once. Opt-in: a named key's share, binding only while another caller waits, and MAX_QUEUE_PER_PEER, under which a
+lighter source's POST takes a heavier one's waiting place or waits in line for the next one freed."""
 from __future__ import annotations
 
 import asyncio
@@ -18,7 +16,7 @@ from .auth import CALLER
 from .posts import is_post
 from .queue_share import QueueAdmission, QueueShare
 
-# How long a POST refused for a full queue may wait in line for a place: the Retry-After it would be told.
+# The Retry-After a POST refused for a full queue would be told.
 LINE_SECONDS = 1.0
 
 
@@ -31,7 +29,7 @@ class Admission:
         self._key_shares = key_shares or {}
         self._named_callers = named_callers  # a caller is the key presented; else the source address
         self._places: set[Cycle] = set()  # admitted and not answered
-        self._line: dict[Cycle, asyncio.Future[bool]] = {}  # the requests waiting in line for a place
+        self._line: dict[Cycle, asyncio.Future[bool]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not is_post(scope):
@@ -70,7 +68,6 @@ class Admission:
             self._leave(cycle)
 
     def _over_key_share(self, caller: object) -> bool:
-        """A named key's share binds only while another caller's request waits for its turn (work-conserving)."""
         share = self._key_shares.get(caller)  # type: ignore[call-overload]
         if share is None:
             return False
@@ -78,7 +75,6 @@ class Admission:
         return mine >= share and any(other.caller != caller and not other.scoring for other in self._places)
 
     async def _in_line(self, cycle: Cycle, peer: str | None) -> bool:
-        """Waits in line for a place, LINE_SECONDS at most: whether one was handed to it."""
         in_line, pushed = self._share.line_up(cycle, peer)
         if pushed is not None:
             self._line.pop(pushed).set_result(False)

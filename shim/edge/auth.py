@@ -1,6 +1,5 @@
-"""The bearer token (401), from the headers alone, so an unauthenticated request never takes a queue slot nor has its
-body read: every POST needs it, and so do the paths app names whatever the method (the GETs shim/openapi.json
-secures, and /mcp); no other GET does."""
+"""The bearer token (401), from the headers alone, so an unauthenticated request never takes a queue slot: every POST
+needs it, and so do the paths the app names (the GETs shim/openapi.json secures, and /mcp)."""
 from __future__ import annotations
 
 from starlette.datastructures import Headers
@@ -11,7 +10,7 @@ from ..errors.codes import UNAUTHORIZED
 from .posts import is_post
 from .tokens import AcceptedTokens, bearer_caller
 
-CALLER = "intern_decision.caller"  # the scope's key for the accepted token's caller (shim/callers.py)
+CALLER = "intern_decision.caller"  # the scope's key for the accepted token's caller
 
 
 class BearerAuth:

@@ -1,5 +1,4 @@
-"""A POST's channel watched for the client's leaving, which sets its cycle's client_gone (shim/cycle.py), so that a
-request whose client went away is never scored; the innermost middleware, inside the body reader."""
+"""A POST's channel watched for the client's leaving, so that a request whose client went away is never scored."""
 from __future__ import annotations
 
 import asyncio

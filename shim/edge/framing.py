@@ -1,5 +1,4 @@
-"""The request's framing, outermost of the edge: Transfer-Encoding other than chunked alone is 501, and an answer
-sent before the body's end carries Connection: close, so no refusal leaves a connection waiting for an unread body."""
+"""Transfer-Encoding other than chunked is 501; an answer sent before the body's end closes the connection."""
 from __future__ import annotations
 
 from starlette.datastructures import Headers
@@ -9,17 +8,15 @@ from ..errors.answer import closing, refuse
 from ..errors.codes import UNSUPPORTED_TRANSFER_ENCODING
 
 CHUNKED = "chunked"
-_WHITESPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() strips: str.strip() would strip more (\x85, \xa0)
+_WHITESPACE = " \t\n\r\x0b\x0c"  # bytes.strip()'s: str.strip() would strip more (\x85, \xa0)
 
 
 def transfer_codings(headers: Headers) -> list[str]:
-    """The codings named by the Transfer-Encoding headers, in order, lower case."""
     return [token.strip(_WHITESPACE).lower() for value in headers.getlist("transfer-encoding")
             for token in value.split(",") if token.strip(_WHITESPACE)]
 
 
 def has_body(headers: Headers) -> bool:
-    """Whether the request says a body follows: a Transfer-Encoding, or a Content-Length other than 0."""
     return "transfer-encoding" in headers or any(value.strip(_WHITESPACE) not in ("0", "")
                                                  for value in headers.getlist("content-length"))
 

@@ -1,5 +1,5 @@
-"""Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one, the id of
-the request's cycle (shim/cycle.py) for the Triton calls and every log line."""
+"""Every response carries X-Request-Id: the caller's (visible ASCII, up to 128 characters) or a new one, also sent
+to Triton and on every log line."""
 from __future__ import annotations
 
 import re

@@ -1,5 +1,4 @@
-"""Every error the shim answers: what each code is, how it is raised, classified and written.
-Its map: docs/architecture.md, "Package maps"."""
+"""Every error the shim answers: what each code is, how it is raised, classified and written."""
 from .codes import PublicError
 from .envelope import envelope, validation_detail
 from .failures import (

@@ -1,5 +1,4 @@
-"""The one writer of an error's answer, for the edge, the app's handlers, MCP and the server: the envelope in the
-answering surface's shape, with the headers of its policy."""
+"""The one writer of an error's answer: the envelope in the answering surface's shape, with its policy's headers."""
 from __future__ import annotations
 
 import json
@@ -15,7 +14,6 @@ from .envelope import envelope, is_system_one, policy_headers
 
 def response(error: PublicError, message: str | None = None, *, path: str = "", own: dict[str, str] | None = None,
              detail: list[dict] | None = None) -> JSONResponse:
-    """The envelope and its policy's headers in the shape of the surface `path` is on, then the answer's own."""
     system_one = is_system_one(path)
     return JSONResponse(envelope(error, message, system_one=system_one, detail=detail),
                         status_code=error.status,
@@ -24,24 +22,21 @@ def response(error: PublicError, message: str | None = None, *, path: str = "", 
 
 async def refuse(scope: Scope, receive: Receive, send: Send, error: PublicError, message: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
-    """A refusal sent before the app is reached (the edge's, MCP's)."""
     await response(error, message, path=scope.get("path", ""), own=headers)(scope, receive, send)
 
 
 def closing(start: Message) -> Message:
-    """A response's start, with Connection: close: uvicorn closes the connection once that response is sent."""
+    """uvicorn closes the connection once a response with Connection: close is sent."""
     start.setdefault("headers", [])  # optional in ASGI
     MutableHeaders(scope=start)["Connection"] = "close"
     return start
 
 
 def _server_body(error: PublicError, message: str) -> bytes:
-    """The envelope as the server writes it, before there is a request to route (on every path alike)."""
     return json.dumps(envelope(error, message)).encode("ascii")
 
 
 def closing_answer(error: PublicError, message: str) -> bytes:
-    """Closes the connection whatever the code's policy elsewhere."""
     body = _server_body(error, message)
     closing = {**error.headers(), "Connection": "close"}
     policy = "".join(f"{name.lower()}: {value}\r\n" for name, value in closing.items())
@@ -50,7 +45,6 @@ def closing_answer(error: PublicError, message: str) -> bytes:
 
 
 def server_answer(error: PublicError, message: str):
-    """The ASGI app the server hands a request it refuses once its head is read."""
     body = _server_body(error, message)
     policy = [(name.lower().encode("ascii"), value.encode("ascii")) for name, value in error.headers().items()]
 

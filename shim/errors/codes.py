@@ -1,5 +1,4 @@
-"""Every public error code, defined once, with its answer's policy and the routes that answer it; the served OpenAPI
-document's codes are built from it (errors/openapi.py), and tests/unit/test_error_codes.py holds the docs to it."""
+"""Every public error code, defined once, with its answer's policy and the routes that answer it."""
 from __future__ import annotations
 
 from enum import Enum
@@ -10,17 +9,16 @@ RETRY_AFTER_SECONDS = 1
 
 
 class Routes(Enum):
-    """The operations of the OpenAPI document that can answer an error (shim/errors/openapi.py)."""
+    """The OpenAPI operations that can answer an error."""
 
-    EVERY = "every"  # the server's refusals, written before a request is routed
-    TOKEN = "token"  # the routes behind the token: every POST and GET /v1/models
+    EVERY = "every"  # before routing
+    TOKEN = "token"  # every POST and GET /v1/models
     POST = "post"
 
 
 class PublicError(NamedTuple):
-    """words: the message when it is always the same (None: it names what was refused). by_balancer: the shipped
-    HAProxy answers it too. sent: False when only logged and counted. error_type: TypeSafe's word for it on the
-    System One routes (a 422 carries FastAPI's detail instead). routes: the operations documented to answer it."""
+    """words: a fixed message (None: it names what was refused); sent: False when only logged and counted;
+    error_type: System One's word (a 422 carries FastAPI's detail instead)."""
 
     status: int
     code: str
@@ -39,7 +37,6 @@ class PublicError(NamedTuple):
         return HTTPStatus(self.status).phrase
 
     def headers(self, system_one: bool = False) -> dict[str, str]:
-        """Retry-After, then Connection: close, as its policy asks on the semif or the System One routes."""
         headers = {}
         if self.retry_after or (system_one and self.retry_after_on_system_one):
             headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
@@ -48,18 +45,16 @@ class PublicError(NamedTuple):
         return headers
 
 
-# Refused by the server before there is a request to route (shim/server/).
 TOO_MANY_PIPELINED = PublicError(400, "too_many_pipelined_requests", closes=True, routes=Routes.EVERY)
 MALFORMED = PublicError(400, "malformed_request", "the request is not valid HTTP/1.1", closes=True,
                         routes=Routes.EVERY)
 HEADERS_TOO_LARGE = PublicError(431, "request_header_too_large", closes=True, routes=Routes.EVERY)
 TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections", retry_after=True, closes=True,
                                    error_type="overloaded_error", routes=Routes.EVERY)
-# Refused by the edge before the app, in the order a POST meets them.
+# The edge's, in the order a POST meets them.
 UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding", closes=True)
 UNAUTHORIZED = PublicError(401, "unauthorized", "missing or wrong bearer token", by_balancer=True,
                            error_type="authentication_error", routes=Routes.TOKEN)
-# A new POST once the drain refuses, and an admitted one still waiting for the lock (shim/drain.py): the same answer.
 DRAINING = PublicError(503, "draining",
                        "this replica is shutting down and had not started this request; retry (another replica)",
                        retry_after=True, closes=True, error_type="overloaded_error")
@@ -67,20 +62,16 @@ UNSUPPORTED_MEDIA_TYPE = PublicError(415, "unsupported_media_type")
 BUSY = PublicError(429, "busy", retry_after=True, by_balancer=True, error_type="rate_limit_error")
 REQUEST_TIMEOUT = PublicError(408, "request_timeout", by_balancer=True, error_type="timeout_error")
 TOO_LARGE = PublicError(413, "request_too_large", by_balancer=True, error_type="request_too_large")
-# The app's own: validation (and the model's ValueError), an answer that cannot be read, no such route or method.
 INVALID = PublicError(422, "invalid_request")
 SCORING_FAILED = PublicError(500, "scoring_failed", error_type="api_error")
 NOT_FOUND = PublicError(404, "not_found", error_type="not_found_error", routes=None)
 METHOD_NOT_ALLOWED = PublicError(405, "method_not_allowed", routes=None)
-# The model's: it cannot be used, or it ran out of GPU memory for one request (the wire's Kind says which).
 UNAVAILABLE = PublicError(502, "model_unavailable", "model unavailable", error_type="api_error", routes=Routes.TOKEN)
 OUT_OF_MEMORY = PublicError(503, "out_of_memory",
                             "the model ran out of GPU memory for this request; the service keeps answering",
                             retry_after_on_system_one=True, error_type="overloaded_error")
-# A request whose client went away before it reached the model: logged and counted, read by no one.
 CLIENT_GONE = PublicError(499, "client_gone", "the client went away before its request reached the model",
                           sent=False, routes=None)
-# The balancer's own: no replica took the request within its queue timeout.
 NO_REPLICA = PublicError(503, "no_replica", "no replica could take the request in time; retry later",
                          retry_after=True, by_shim=False, by_balancer=True, error_type="overloaded_error",
                          routes=None)
@@ -92,8 +83,7 @@ BY_CODE = {error.code: error for error in REGISTRY}
 
 
 class ProbeAnswer(NamedTuple):
-    """GET /health's answer when this replica cannot serve: a readiness probe's status whatever the error's own
-    (a POST meets model_unavailable as a gateway's 502), the body's status word, and the error it carries."""
+    """GET /health's answer when this replica cannot serve: a probe's 503 whatever the error's own status."""
 
     status: int
     body_status: str
@@ -103,5 +93,4 @@ class ProbeAnswer(NamedTuple):
 HEALTH_UNAVAILABLE = ProbeAnswer(503, "unavailable", UNAVAILABLE)
 HEALTH_DRAINING = ProbeAnswer(503, "draining", DRAINING)
 HEALTH_ANSWERS = (HEALTH_UNAVAILABLE, HEALTH_DRAINING)
-# Starlette's HTTPExceptions the routing raises, by status.
 HTTP_CODES = {error.status: error for error in (NOT_FOUND, METHOD_NOT_ALLOWED)}

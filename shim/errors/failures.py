@@ -1,5 +1,5 @@
-"""How a call to the model failed, classified once where it happens (Failure, on the wire's Kind), and why the model
-is unusable (Problem): fixed public words for callers, the detail, which may carry Triton's text, for the log only."""
+"""How a call to the model failed (Failure) and why the model is unusable (Problem): fixed public words for callers,
+the detail, which may carry Triton's text, for the log only."""
 from __future__ import annotations
 
 import enum
@@ -10,7 +10,6 @@ from wire.protocol import Kind, parse_error
 from .codes import INVALID, OUT_OF_MEMORY, SCORING_FAILED, UNAVAILABLE, PublicError
 from .raised import ApiError
 
-# What a caller is told about the model (a 502's message, /health's reason), chosen where the problem arises.
 TRITON_UNREACHABLE = "triton unreachable"
 TRITON_NOT_READY = "triton not ready"
 TRITON_ERROR = "triton answered an error"
@@ -18,7 +17,7 @@ MODEL_NOT_READY = "model not ready"
 MODEL_NOT_ANSWERING = "model not answering"
 MODEL_FACTS_UNAVAILABLE = "model facts unavailable"
 MODEL_UNAVAILABLE = UNAVAILABLE.words
-# An out-of-memory's own text is CUDA's first error line: the card's capacity, its free memory, other processes' ids.
+# CUDA's own text names the card's capacity and other processes' ids: for the log only.
 OUT_OF_MEMORY_WORDS = OUT_OF_MEMORY.words
 
 
@@ -28,17 +27,15 @@ class Problem(NamedTuple):
 
 
 class Failure(enum.Enum):
-    """label: of intern_decision_shim_triton_errors_total (None: not counted); marks_down: the watch takes the model
-    for down and pings it at once."""
+    """label: of triton_errors_total (None: not counted); marks_down: the watch takes the model for down."""
 
-    # the model's own kinds, answered with the registry's error whose code is the kind's word (held by a test)
     INVALID = (Kind.INVALID.word, INVALID, False)
     OUT_OF_MEMORY = (Kind.OUT_OF_MEMORY.word, OUT_OF_MEMORY, False)
     FAILED = (Kind.FAILED.word, SCORING_FAILED, False)
-    TRITON = ("model_unavailable", UNAVAILABLE, True)  # Triton answered an error of its own (a dead stub, not ready)
-    TRANSPORT = ("transport", UNAVAILABLE, True)  # Triton did not answer at all: refused, reset, timed out
-    UNREADABLE = ("unreadable_answer", SCORING_FAILED, False)  # an answer that lacks something a result needs
-    DOWN = (None, UNAVAILABLE, False)  # refused by the watch while the model is down: nothing reached Triton
+    TRITON = ("model_unavailable", UNAVAILABLE, True)  # Triton's own error
+    TRANSPORT = ("transport", UNAVAILABLE, True)  # no answer at all
+    UNREADABLE = ("unreadable_answer", SCORING_FAILED, False)
+    DOWN = (None, UNAVAILABLE, False)  # refused by the watch: nothing reached Triton
 
     def __init__(self, label: str | None, error: PublicError, marks_down: bool):
         self.label = label
@@ -51,8 +48,7 @@ class Failure(enum.Enum):
 
 
 class ModelFailure(ApiError):
-    """reason: the fixed words a caller of a model_unavailable or out_of_memory failure is told, `message` going to
-    the log only; where: the part of the request that failed, in the surface's words, told before them."""
+    """reason: the fixed words a caller is told, `message` going to the log only; where: the failed part."""
 
     def __init__(self, failure: Failure, message: str, call: int | None = None,
                  headers: dict[str, str] | None = None, detail: list[dict] | None = None, reason: str | None = None,
@@ -76,14 +72,13 @@ _PUBLIC_WORDS = {Failure.TRANSPORT: TRITON_UNREACHABLE, Failure.OUT_OF_MEMORY: O
 
 
 class IncompleteAnswer(ModelFailure):
-    """The model's answer lacks something a result needs; never guessed, always a 500 scoring_failed."""
+    """The model's answer lacks something a result needs: never guessed."""
 
     def __init__(self, message: str):
         super().__init__(Failure.UNREADABLE, message)
 
 
 def from_triton(status: int | str | None, message: str) -> ModelFailure:
-    """The model's own error (its kind fails the whole request), or model_unavailable for Triton's own."""
     error = parse_error(status, message)
     if error is None:
         return ModelFailure(Failure.TRITON, f"Triton answered {status or 'without a status'}: {message}",

@@ -1,5 +1,4 @@
-"""Starlette's exception handlers: every error the app raises, answered through the one writer in the shape of the
-route's surface."""
+"""Starlette's exception handlers, answering through the one writer."""
 from __future__ import annotations
 
 import logging
@@ -18,7 +17,7 @@ log = logging.getLogger("intern_decision.shim")
 
 
 def error_body(exc: ApiError | UnprocessableRequest) -> dict:
-    """The envelope in its public words; the MCP tools' failures carry it as their result."""
+    """The MCP tools' failures carry it as their result."""
     if isinstance(exc, ApiError):
         return envelope(exc.error, exc.public_message, detail=exc.detail)
     return envelope(INVALID, str(exc), detail=exc.detail)
@@ -37,7 +36,7 @@ async def api_error(request: Request, exc: ApiError) -> JSONResponse:
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    """The routing's 404 and 405 (the only HTTPExceptions raised); any other is a failure of the shim's own."""
+    """The routing's 404 and 405; any other HTTPException is the shim's own failure."""
     error = HTTP_CODES.get(exc.status_code)
     if error is None:
         return await unexpected(request, exc)
@@ -45,7 +44,7 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
 
 
 async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's last resort: the exception goes to the log; the caller is told that something failed, not what."""
+    """The caller is told that something failed, not what."""
     log.exception("%s %s: failed while building the response", request.method, request.url.path)
     return response(SCORING_FAILED, UNEXPECTED_FAILURE, path=request.scope["path"])
 

@@ -1,5 +1,5 @@
-"""The OpenAPI document as served: the committed one (shim/openapi.json) with the registry's part filled in, which
-error statuses and codes each operation answers and the envelopes' code enums; and the GETs it secures."""
+"""The OpenAPI document as served: the committed one with each operation's error statuses and codes filled in from
+the registry; and the GETs it secures."""
 from __future__ import annotations
 
 import copy
@@ -11,13 +11,11 @@ ENVELOPES = ("Error", "SystemOneError")
 
 
 def answers(routes: Routes | None, method: str, operation: dict) -> bool:
-    """Whether an operation of the document is among the routes an error names."""
     return (routes is Routes.EVERY or (routes is Routes.TOKEN and bool(operation["security"]))
             or (routes is Routes.POST and method == "post"))
 
 
 def errors_of(method: str, operation: dict) -> dict[int, list[PublicError]]:
-    """The registry's errors an operation answers, by status, in the registry's order."""
     by_status: dict[int, list[PublicError]] = {}
     for error in REGISTRY:
         if answers(error.routes, method, operation):
@@ -26,13 +24,11 @@ def errors_of(method: str, operation: dict) -> dict[int, list[PublicError]]:
 
 
 def secured_gets(document: dict) -> frozenset[str]:
-    """The paths whose GET needs the bearer token: those whose GET operation has a security requirement."""
     return frozenset(path for path, methods in document["paths"].items() if methods.get("get", {}).get("security"))
 
 
 def served(committed: dict) -> dict:
-    """The served document; an operation without its security, or a committed error response that no error of the
-    registry answers there, is refused."""
+    """Refuses an operation without its security, or a committed error response no registry error answers there."""
     document = copy.deepcopy(committed)
     codes = [error.code for error in REGISTRY if error.by_shim and error.sent]
     for name in ENVELOPES:
@@ -48,7 +44,7 @@ def served(committed: dict) -> dict:
 
 
 def responses(path: str, method: str, operation: dict) -> dict:
-    """An operation's responses: its own below 400, then each status the registry gives it, in order."""
+    """Its own below 400, then each status the registry gives it."""
     by_status = errors_of(method, operation)
     written = operation["responses"]
     unanswered = sorted(int(status) for status in written if int(status) >= 400 and int(status) not in by_status)
@@ -60,7 +56,6 @@ def responses(path: str, method: str, operation: dict) -> dict:
 
 
 def with_codes(response: dict, errors: list[PublicError]) -> dict:
-    """The response, its envelope admitting the errors' codes alone (the example's first)."""
     content = response["content"]["application/json"]
     example = content.get("example", {}).get("error", {}).get("code")
     codes = sorted((error.code for error in errors), key=lambda code: code != example)
@@ -71,7 +66,6 @@ def with_codes(response: dict, errors: list[PublicError]) -> dict:
 
 
 def generated(path: str, errors: list[PublicError]) -> dict:
-    """A status no committed response describes: its errors' words, in the envelope of the route's surface."""
     system_one = is_system_one(path)
     headers = {"X-Request-Id": {"$ref": "#/components/headers/X-Request-Id"}}
     if system_one:

@@ -1,13 +1,10 @@
-"""The two exceptions the app raises to answer an error: ApiError (a registered error, its message and headers) and
-UnprocessableRequest (422 invalid_request, naming the field)."""
+"""The two exceptions the app raises to answer an error."""
 from __future__ import annotations
 
 from .codes import PublicError
 
 
 class ApiError(Exception):
-    """An error answered in the envelope with its status (and, on the System One routes, a 422's detail)."""
-
     def __init__(self, error: PublicError, message: str, headers: dict[str, str] | None = None,
                  detail: list[dict] | None = None):
         super().__init__(error.status, error.code, message)
@@ -23,12 +20,12 @@ class ApiError(Exception):
 
     @property
     def public_message(self) -> str:
-        """What the caller is told; `message` goes to the log."""
+        """`message` goes to the log."""
         return self.message
 
 
 class UnprocessableRequest(ValueError):
-    """Refused before any model work; a surface that answers with a structured detail overrides `detail`."""
+    """Refused before any model work."""
 
     @property
     def detail(self) -> list[dict] | None:

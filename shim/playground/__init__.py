@@ -1,2 +1,1 @@
-"""The playground page; it calls the public API like any caller, so it imports nothing of the shim.
-Its map: docs/architecture.md, "Package maps"."""
+"""The playground page; it calls the public API like any caller, so it imports nothing of the shim."""

@@ -1,2 +1,1 @@
-"""The model as both surfaces use it, knowing no surface: calls planned, run under the lock, answers typed.
-Its map: docs/architecture.md, "Package maps"."""
+"""The model as both surfaces use it, knowing no surface: calls planned, run under the lock, answers typed."""

@@ -1,5 +1,4 @@
-"""Acquiring the model's turn unless something else happens first: the one primitive behind giving up a wait for the
-inference lock (shim/cycle.py says what ends it)."""
+"""Acquiring the model's turn unless something else happens first."""
 from __future__ import annotations
 
 import asyncio
@@ -10,11 +9,11 @@ from .turns import Turns
 
 
 async def acquire_unless(turns: Turns, caller: Hashable, *stops: asyncio.Event) -> asyncio.Event | None:
-    """None once the turn is held, else the stop that was set first; a stop set while the turn is handed over wins."""
+    """None once the turn is held, else the first stop set; one set while the turn is handed over wins."""
     already = next((stop for stop in stops if stop.is_set()), None)
     if already is not None:
         return already
-    if turns.free():  # taken at once, no wait to give up: no future or task per request
+    if turns.free():  # no future or task per request
         await turns.acquire(caller)
         return None
     acquiring = asyncio.ensure_future(turns.acquire(caller))

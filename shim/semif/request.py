@@ -1,4 +1,4 @@
-"""semif-serve's request rules, re-stated by the contract; a violation is UnprocessableRequest naming the field."""
+"""semif-serve's request rules, re-stated by the contract."""
 from __future__ import annotations
 
 import itertools
@@ -25,7 +25,7 @@ class Decision:
     question: str
     options: tuple[Option, ...]
     orderings: str = "none"
-    # Each ordering's options, the caller's first; built once, read by the validation and the plan alike.
+    # The caller's first; read by the validation and the plan alike.
     option_orders: list[tuple[Option, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -51,7 +51,6 @@ class Decision:
 
     @property
     def result_ids(self) -> list[str]:
-        """Every id this decision puts in the response: its own, and with orderings each ordering's."""
         if self.orderings == "none":
             return [self.id]
         return [self.id] + [self.ordering_id(ordering) for ordering in range(self.ordering_count)]
@@ -147,7 +146,7 @@ def shared_body(payload: Any) -> tuple[Any, list[Decision]]:
 
 
 def _result_ids_unique(decisions: list[Decision]) -> None:
-    """E.g. a plain decision `a#o0` beside decision `a` with orderings, whose ordering 0 answers as `a#o0`."""
+    """E.g. a decision `a#o0` beside `a` with orderings, whose ordering 0 answers as `a#o0`."""
     owner: dict[str, int] = {}
     for index, decision in enumerate(decisions):
         for result_id in decision.result_ids:

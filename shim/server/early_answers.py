@@ -1,5 +1,4 @@
-"""What the server answers itself, before or instead of the app (each closing the connection): the words naming
-the bound that was met, written by the errors' one writer (shim/errors/answer.py)."""
+"""What the server answers itself, before or instead of the app, each closing the connection."""
 from __future__ import annotations
 
 from ..errors.answer import closing, closing_answer, server_answer
@@ -22,7 +21,6 @@ def too_many_chunks() -> bytes:
 
 
 def malformed() -> bytes:
-    """uvicorn's own 400 for a request its parser cannot read, in the envelope."""
     return closing_answer(MALFORMED, MALFORMED.words or "")
 
 
@@ -40,17 +38,16 @@ def _too_many_connections_text(limits: ConnectionLimits, over: str | None) -> st
 
 
 def over_peer_share(limits: ConnectionLimits) -> bytes:
-    """At a request's first byte, when its client holds more than its share and every one of them is busy."""
+    """When its client holds more than its share and every one of them is busy."""
     return closing_answer(TOO_MANY_CONNECTIONS, _too_many_connections_text(limits, "peer"))
 
 
 def too_many_connections(limits: ConnectionLimits, over: str | None = None):
-    """The ASGI app a request gets when no connection can give way for it."""
     return server_answer(TOO_MANY_CONNECTIONS, _too_many_connections_text(limits, over))
 
 
 def closing_after(app):
-    """The app, its response carrying Connection: close (uvicorn then closes the connection once it is sent)."""
+    """The app, its response carrying Connection: close."""
 
     async def answer(scope, receive, send) -> None:
         async def send_closing(message) -> None:

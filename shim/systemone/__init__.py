@@ -1,2 +1,1 @@
-"""TypeSafe's System One and its batch, over the same predict() calls as the semif routes.
-Its map: docs/architecture.md, "Package maps"."""
+"""TypeSafe's System One and its batch, over the same predict() calls as the semif routes."""

@@ -1,5 +1,4 @@
-"""System One's operations as MCP tools at /mcp, stateless so that any replica answers any call, on the same
-SystemOneService behind the same edge (docs/systemone.md)."""
+"""System One's operations as MCP tools at /mcp, stateless so that any replica answers any call."""
 from __future__ import annotations
 
 import contextlib
@@ -41,15 +40,13 @@ def tools(openapi: dict) -> list[types.Tool]:
 
 def tool_error(exc: ApiError | UnprocessableRequest) -> types.CallToolResult:
     if isinstance(exc, ApiError) and exc.status >= 500:
-        log.warning("MCP tool: %s", exc)  # the detail; the caller gets the public words
+        log.warning("MCP tool: %s", exc)
     body = error_body(exc)
     return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(body))],
                                 structured_content=body, is_error=True)
 
 
 class SystemOneTools:
-    """The MCP server over a SystemOneService, and the ASGI endpoint that serves it."""
-
     def __init__(self, service: SystemOneService, openapi: dict):
         self._service = service
         self._tools = tools(openapi)
@@ -60,7 +57,7 @@ class SystemOneTools:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The SDK's task group for the app's lifespan (a manager runs once, so each lifespan gets its own)."""
+        """A manager runs once, so each lifespan gets its own."""
         self._manager = self._new_manager()
         try:
             async with self._manager.run():
@@ -72,7 +69,7 @@ class SystemOneTools:
         receive = await read_once(scope, receive, send)
         if receive is None:
             return
-        if self._manager is None:  # an app run without its lifespan (unit tests' ASGI transport): one per request
+        if self._manager is None:  # an app run without its lifespan: one per request
             manager = self._new_manager()
             async with manager.run():
                 await manager.handle_request(scope, receive, send)
@@ -86,7 +83,7 @@ class SystemOneTools:
         return types.ListToolsResult(tools=self._tools)
 
     async def _call_tool(self, ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        # The SDK runs each handler outside the request's task: the request's cycle comes from its scope.
+        # The SDK runs each handler outside the request's task.
         scope = ctx.request.scope if ctx.request is not None else {}
         request = cycle.of_scope(scope)
         cycle.enter(request)

@@ -1,5 +1,5 @@
-"""A System One request body, checked as far as predict() would refuse it cheaply and translated into predict()
-questions under the caller's names; every refusal names its field as FastAPI's `loc` does."""
+"""A System One body, checked as far as predict() would refuse it cheaply and translated into predict() questions;
+every refusal names its field as FastAPI's `loc` does."""
 from __future__ import annotations
 
 import json
@@ -20,7 +20,7 @@ NOUL_KEYS = ("true", "false")
 
 
 class SystemOneInvalid(UnprocessableRequest):
-    """422 invalid_request with FastAPI's detail: `loc` names the field, `kind` is the error's type."""
+    """422 with FastAPI's detail."""
 
     def __init__(self, loc: list, message: str, kind: str = "value_error"):
         super().__init__(f"{_dotted(loc)}: {message}" if len(loc) > 1 else message)
@@ -41,8 +41,8 @@ def _dotted(loc: list) -> str:
 class Question:
     name: str
     type: str
-    predict: dict  # the predict() question
-    levels: tuple | None = None  # a score question's levels as the caller gave them, for the legend
+    predict: dict
+    levels: tuple | None = None  # as the caller gave them, for the legend
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,6 @@ class SystemOneRequest:
 
 
 def text_of(value: Any) -> str:
-    """A string as it is; an object or array as JSON text, never a Python repr."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
@@ -87,7 +86,6 @@ def _count(size: int, low: int, high: int, loc: list, what: str, bound: str = ""
 
 
 def parse_request(body: Any, max_questions: int, loc: list | None = None) -> SystemOneRequest:
-    """The body checked and translated; SystemOneInvalid for the first field that is wrong."""
     loc = loc or ["body"]
     body = _object(body, loc)
     for key in ("model", "state", "questions"):

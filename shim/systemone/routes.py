@@ -1,5 +1,4 @@
-"""The System One routes, bound to their service when the app is built; the edge has already checked the token,
-admitted a POST and decoded its body."""
+"""The System One routes, bound to their service when the app is built."""
 from __future__ import annotations
 
 from starlette.requests import Request
