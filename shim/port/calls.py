@@ -32,9 +32,9 @@ class CallRunner:
         self._lock = lock
         self._drain = drain
 
-    async def run(self, requests: list[dict], request_id: str) -> AnsweredCalls:
+    async def run(self, state: object, calls: list[dict], request_id: str) -> AnsweredCalls:
         """ModelFailure for the first call that fails."""
-        self._metrics.calls_per_request.observe(len(requests))
+        self._metrics.calls_per_request.observe(len(calls))
         self._metrics.queued.inc()
         queued_at = time.perf_counter()
         try:
@@ -48,8 +48,8 @@ class CallRunner:
             self._metrics.queued.dec()
         scoring_started = time.perf_counter()
         try:
-            with span("infer", {"intern_decision.calls": len(requests)}):
-                answers = await self._model.predict_calls(requests, request_id)
+            with span("infer", {"intern_decision.calls": len(calls)}):
+                answers = await self._model.predict_calls(state, calls, request_id)
         except ModelFailure as failure:
             self._metrics.triton_error(failure.failure)
             raise
