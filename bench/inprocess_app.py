@@ -28,9 +28,10 @@ from shim.port.chunking import chunks
 from shim.semif.plan import plan
 from shim.semif.request import shared_body
 from shim.semif.service import DecisionService
-from shim.systemone.answers import predict_request, response_body
+from shim.systemone.answers import call_request, response_body
 from shim.systemone.request import parse_request
 from wire.answer import CallAnswer
+from wire.protocol import predict_request
 
 MAX_DECISIONS = 64
 
@@ -48,7 +49,7 @@ def create_app(engine: ServingEngine) -> Starlette:
     async def decide_shared(request: Request) -> Response:
         state, decisions = shared_body(json.loads(await request.body()))
         calls = plan(decisions, MAX_DECISIONS)
-        answers, started = await scored([call.predict_request(state, decisions) for call in calls])
+        answers, started = await scored([predict_request(state, call.request(decisions)) for call in calls])
         body = {"results": DecisionService._results(decisions, calls, answers),
                 "timing": {"total_seconds": time.perf_counter() - started, "queue_seconds": 0.0,
                            "calls": len(calls), "input_tokens": [answer.input_tokens for answer in answers],
@@ -58,7 +59,7 @@ def create_app(engine: ServingEngine) -> Starlette:
     async def systemone(request: Request) -> Response:
         parsed = parse_request(json.loads(await request.body()), MAX_DECISIONS)
         calls = chunks(parsed.questions)
-        answers, _ = await scored([predict_request(parsed, chunk) for chunk in calls])
+        answers, _ = await scored([predict_request(parsed.state, call_request(chunk)) for chunk in calls])
         return Response(json.dumps(response_body(parsed.model, calls, answers)), media_type="application/json")
 
     async def health(request: Request) -> Response:

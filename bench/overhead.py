@@ -51,9 +51,9 @@ from devstack.triton import MODEL_REPOSITORY, REPO_ROOT, TritonServer
 from shim.port.chunking import chunks
 from shim.semif.plan import plan
 from shim.semif.request import shared_body
-from shim.systemone.answers import predict_request
+from shim.systemone.answers import call_request
 from shim.systemone.request import parse_request
-from wire.protocol import DATATYPE, MODEL_NAME, REQUEST, RESPONSE
+from wire.protocol import DATATYPE, MODEL_NAME, REQUEST, RESPONSE, predict_request
 
 TOKEN = "benchmark-token-0123456789-abcdefghijklmnop"
 BENCH = REPO_ROOT / "bench"
@@ -75,14 +75,15 @@ SYSTEMONE_MODEL = "Intern-Decision-4B"
 
 def calls_of(body: dict) -> list[dict]:
     state, decisions = shared_body(body)
-    return [call.predict_request(state, decisions) for call in plan(decisions, 64)]
+    return [predict_request(state, call.request(decisions)) for call in plan(decisions, 64)]
 
 
 def systemone_calls(body: dict) -> list[list[dict]]:
     """The predict() requests of a System One request (or each item of a batch), one list per inference request."""
     items = body["requests"] if "requests" in body else [body]
     requests = [parse_request(item, 64) for item in items]
-    return [[predict_request(request, chunk) for chunk in chunks(request.questions)] for request in requests]
+    return [[predict_request(request.state, call_request(chunk)) for chunk in chunks(request.questions)]
+            for request in requests]
 
 
 def as_systemone(body: dict) -> dict:

@@ -2,8 +2,10 @@
 naming a failure's kind."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from wire import strict_json
-from wire.protocol import Kind
+from wire.protocol import Kind, predict_request
 
 from .guard import OutOfMemory
 
@@ -16,19 +18,34 @@ class AnswerNotEncodable(Exception):
     """predict()'s output could not be written as strict JSON."""
 
 
-def decode_call(raw: bytes, shared_state: bytes | None = None) -> dict:
-    """One call's predict() request; shared_state: the STATE the request's calls share (then the call carries none),
-    read for each call afresh, as when each call carried it."""
+@dataclass(frozen=True)
+class SharedState:
+    """The STATE a request's calls share, parsed once: each call's predict() request holds this one object, which
+    predict() never mutates (its validate_request works on a deep copy)."""
+
+    value: object
+
+
+def decode_state(raw: bytes) -> SharedState:
+    try:
+        return SharedState(strict_json.loads(raw, "the state"))
+    except strict_json.NotStrictJson as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+def decode_call(raw: bytes, shared: SharedState | None = None) -> dict:
+    """One call's predict() request; shared: the request's STATE (then the call carries none), put first as when
+    the call carried it."""
     try:
         request = strict_json.loads(raw, "the request")
-        if shared_state is not None and isinstance(request, dict):
-            if "state" in request:
-                raise InvalidRequest("a call carries a state of its own beside the request's shared STATE")
-            request = {"state": strict_json.loads(shared_state, "the state"), **request}
     except strict_json.NotStrictJson as exc:
         raise InvalidRequest(str(exc)) from None
     if not isinstance(request, dict):
         raise InvalidRequest(f"the request must be a JSON object, got {type(request).__name__}")
+    if shared is not None:
+        if "state" in request:
+            raise InvalidRequest("a call carries a state of its own beside the request's shared STATE")
+        request = predict_request(shared.value, request)
     if request.get("images"):
         raise InvalidRequest("this service takes no images")
     return request

@@ -1,5 +1,5 @@
 """Tensors and errors of the wire protocol (docs/wire-protocol.md): REQUEST [n] and RESPONSE [n] in run order,
-STATE once when shared, and an error message `<kind word>: call <k>: <detail>`."""
+STATE once for all the calls, and an error message `<kind word>: call <k>: <detail>`."""
 from __future__ import annotations
 
 import enum
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 MODEL_NAME = "intern_decision"
 REQUEST = "REQUEST"
 # Optional, [1]: the state every call of the request shares, as JSON text, sent once; its calls then carry none.
+# The shim always sends it; without it each call carries its own state.
 STATE = "STATE"
 RESPONSE = "RESPONSE"
 # Both tensors hold strings: BYTES on the wire (KServe v2), TYPE_STRING in the model's config.pbtxt and
@@ -19,6 +20,11 @@ CONFIG_DATA_TYPE = "TYPE_STRING"
 # A traced request's trace id (32 hex digits), a string parameter of the inference request, for the model's call log.
 TRACE_ID_PARAMETER = "trace_id"
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def predict_request(state: object, call: dict) -> dict:
+    """The predict() request of a call sent without its state: the state first, as when the call carried it."""
+    return {"state": state, **call}
 
 
 def trace_id_of(parameters: str | None) -> str | None:

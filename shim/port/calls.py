@@ -30,9 +30,9 @@ class CallRunner:
         self._metrics = metrics
         self._lock = lock
 
-    async def run(self, requests: list[dict], request_id: str) -> AnsweredCalls:
+    async def run(self, state: object, calls: list[dict], request_id: str) -> AnsweredCalls:
         """ModelFailure for the first call that fails; the cycle's ApiError when its wait ends first."""
-        self._metrics.calls_per_request.observe(len(requests))
+        self._metrics.calls_per_request.observe(len(calls))
         self._metrics.queued.inc()
         queued_at = time.perf_counter()
         try:
@@ -42,8 +42,8 @@ class CallRunner:
             self._metrics.queued.dec()
         scoring_started = time.perf_counter()
         try:
-            with span("infer", {"intern_decision.calls": len(requests)}):
-                answers = await self._model.predict_calls(requests, request_id)
+            with span("infer", {"intern_decision.calls": len(calls)}):
+                answers = await self._model.predict_calls(state, calls, request_id)
         except ModelFailure as failure:
             self._metrics.triton_error(failure.failure)
             raise

@@ -25,8 +25,9 @@ class Model(Protocol):
 
     async def close(self) -> None: ...
 
-    async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
-        """The calls' answers in order, from one inference request; ModelFailure for the first call that fails."""
+    async def predict_calls(self, state: object, calls: list[dict], request_id: str) -> list[CallAnswer]:
+        """The calls' answers in order, from one inference request; ModelFailure for the first call that fails.
+        Each call is a predict() request without its state: the state every call shares is handed over once."""
 
     async def ready(self) -> Problem | None:
         """None when the model can take a request, else why not."""

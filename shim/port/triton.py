@@ -74,16 +74,16 @@ class TritonModel:
         for connection in (self._inference, self._health, self._control, self._metrics):
             await connection.close()
 
-    async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
+    async def predict_calls(self, state: object, calls: list[dict], request_id: str) -> list[CallAnswer]:
         """All the calls in one inference request; the whole request fails with the first call that fails."""
         trace_id = current_trace_id()
-        body, json_size = await asyncio.get_running_loop().run_in_executor(_BODY_BUILDER, request_body, requests,
+        body, json_size = await asyncio.get_running_loop().run_in_executor(_BODY_BUILDER, request_body, state, calls,
                                                                            request_id, trace_id)
         headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size),
                    **self._key}
         if trace_id is not None:  # Triton's spans join the request's trace; the model logs the trace id
             inject(headers)
-        timeout = self._settings.call_timeout_seconds * len(requests)
+        timeout = self._settings.call_timeout_seconds * len(calls)
         try:
             response = await self._inference.request("POST", self._infer_path, timeout, body, headers)
         except TRANSPORT_ERRORS as exc:
@@ -97,8 +97,8 @@ class TritonModel:
             raws = result.as_numpy(RESPONSE).reshape(-1)
         except Exception as exc:  # tritonclient raises several kinds for an unreadable body
             raise IncompleteAnswer(f"the model's answer cannot be read: {type(exc).__name__}: {exc}") from None
-        if len(raws) != len(requests):
-            raise IncompleteAnswer(f"the model answered {len(raws)} calls of {len(requests)}")
+        if len(raws) != len(calls):
+            raise IncompleteAnswer(f"the model answered {len(raws)} calls of {len(calls)}")
         return [read_answer(raw, call) for call, raw in enumerate(raws)]
 
     async def ready(self) -> Problem | None:
@@ -166,14 +166,13 @@ def facts_unavailable(message: str) -> ModelFailure:
     return model_unavailable(message, MODEL_FACTS_UNAVAILABLE)
 
 
-def request_body(requests: list[dict], request_id: str, trace_id: str | None = None) -> tuple[bytes, int]:
-    """The inference request's body and the length of its JSON header: its cost grows with the state and the number
-    of calls (a 1 MiB state in 64 calls took 105–185 ms), so it is built on _BODY_BUILDER, never on the loop."""
-    state = shared_state(requests)
-    texts = call_texts(requests) if state is None else [strict_json.dumps(without_state(call)) for call in requests]
-    tensors = [_strings(REQUEST, texts)]
-    if state is not None:
-        tensors.append(_strings(STATE, [strict_json.dumps(state)]))
+def request_body(state: object, calls: list[dict], request_id: str,
+                 trace_id: str | None = None) -> tuple[bytes, int]:
+    """The inference request's body and the length of its JSON header, the state once in STATE: its cost grows with
+    the state and the number of calls (a 1 MiB state in 64 calls took 105–185 ms), so it is built on _BODY_BUILDER,
+    never on the loop."""
+    tensors = [_strings(REQUEST, [strict_json.dumps(call) for call in calls]),
+               _strings(STATE, [strict_json.dumps(state)])]
     return InferenceServerClient.generate_request_body(
         tensors, request_id=request_id, parameters=None if trace_id is None else {TRACE_ID_PARAMETER: trace_id})
 
@@ -182,35 +181,6 @@ def _strings(name: str, texts: list[bytes]) -> InferInput:
     tensor = InferInput(name, [len(texts)], DATATYPE)
     tensor.set_data_from_numpy(np.array(texts, dtype=np.object_))
     return tensor
-
-
-def shared_state(requests: list[dict]) -> object | None:
-    """The one state object every call carries first, sent once in STATE; None otherwise."""
-    if len(requests) < 2 or any(next(iter(call), None) != "state" for call in requests):
-        return None
-    state = requests[0]["state"]
-    return state if all(call["state"] is state for call in requests) else None
-
-
-def without_state(call: dict) -> dict:
-    return {key: value for key, value in call.items() if key != "state"}
-
-
-def call_texts(requests: list[dict]) -> list[bytes]:
-    """The same bytes as strict_json.dumps of each call, a state the calls share serialized once, not once per call
-    (a 1 MiB state took 49 ms each time)."""
-    states: dict[int, bytes] = {}
-    texts = []
-    for request in requests:
-        if next(iter(request), None) != "state":
-            texts.append(strict_json.dumps(request))
-            continue
-        state = request["state"]
-        if id(state) not in states:
-            states[id(state)] = strict_json.dumps(state)
-        rest = strict_json.dumps({key: value for key, value in request.items() if key != "state"})
-        texts.append(b'{"state": ' + states[id(state)] + (b"}" if rest == b"{}" else b", " + rest[1:]))
-    return texts
 
 
 def read_answer(raw: bytes, call: int) -> CallAnswer:

@@ -33,11 +33,11 @@ class ModelWatch:
         self._wake.set()  # the first ping at once
         self.down: Problem | None = None
 
-    async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
+    async def predict_calls(self, state: object, calls: list[dict], request_id: str) -> list[CallAnswer]:
         if self.down is not None:
             raise ModelFailure(Failure.DOWN, self.down.detail, reason=self.down.public)
         try:
-            return await self._model.predict_calls(requests, request_id)
+            return await self._model.predict_calls(state, calls, request_id)
         except ModelFailure as exc:
             if exc.failure.marks_down:
                 self._mark_down(Problem(exc.reason, f"an inference failed ({exc.message}); checking the model"))

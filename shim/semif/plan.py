@@ -3,7 +3,6 @@ ordering k of every decision forms wave k, each wave packed greedily into calls 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import UnprocessableRequest
 from ..port.chunking import chunks
@@ -25,10 +24,10 @@ class Call:
     index: int
     slots: tuple[Slot, ...]
 
-    def predict_request(self, state: Any, decisions: list[Decision]) -> dict:
-        """The predict() request for this call; decision ids never reach it."""
+    def request(self, decisions: list[Decision]) -> dict:
+        """This call's predict() request without the state, which the port hands over once for all the calls;
+        decision ids never reach it."""
         return {
-            "state": state,
             "questions": {
                 slot.field: {
                     "type": "choice",

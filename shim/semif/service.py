@@ -23,7 +23,7 @@ class DecisionService:
     async def _score(self, state: Any, decisions: list[Decision], request_id: str) -> tuple[list[Call], AnsweredCalls]:
         calls = plan(decisions, self._settings.max_decisions)
         note_usage(calls=len(calls))
-        ran = await self._runner.run([call.predict_request(state, decisions) for call in calls], request_id)
+        ran = await self._runner.run(state, [call.request(decisions) for call in calls], request_id)
         note_usage(input_tokens=sum(answer.input_tokens for answer in ran.answers))
         return calls, ran
 

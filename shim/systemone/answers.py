@@ -5,11 +5,12 @@ from __future__ import annotations
 from wire.answer import CHOICE, SCORE, CallAnswer, ChoiceAnswer, NoulAnswer, QuestionAnswer, ScoreAnswer
 
 from ..errors import IncompleteAnswer
-from .request import Question, SystemOneRequest
+from .request import Question
 
 
-def predict_request(request: SystemOneRequest, chunk: tuple[Question, ...]) -> dict:
-    return {"state": request.state, "questions": {question.name: question.predict for question in chunk}}
+def call_request(chunk: tuple[Question, ...]) -> dict:
+    """A call's predict() request without the state, which the port hands over once for all the calls."""
+    return {"questions": {question.name: question.predict for question in chunk}}
 
 
 def question_numbers(calls: list[tuple[Question, ...]], index: int) -> str:

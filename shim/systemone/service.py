@@ -11,7 +11,7 @@ from ..port.calls import CallRunner
 from ..port.chunking import chunks
 from ..port.facts_cache import FactsCache
 from ..settings import ShimSettings
-from .answers import predict_request, question_numbers, response_body
+from .answers import call_request, question_numbers, response_body
 from .catalog import Catalog, models_body
 from .request import SystemOneInvalid, SystemOneRequest, parse_request
 
@@ -62,7 +62,7 @@ class SystemOneService:
     async def _run(self, catalog: Catalog, request: SystemOneRequest, request_id: str, item: int | None) -> dict:
         calls = chunks(request.questions)
         try:
-            ran = await self._runner.run([predict_request(request, chunk) for chunk in calls], request_id)
+            ran = await self._runner.run(request.state, [call_request(chunk) for chunk in calls], request_id)
         except ModelFailure as exc:
             raise _named(exc, calls, item) from None
         return response_body(catalog.canonical, calls, ran.answers)

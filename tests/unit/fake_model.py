@@ -15,6 +15,7 @@ from shim.port.triton import read_answer
 from wire import strict_json
 from wire.answer import CallAnswer
 from wire.facts import ModelFacts
+from wire.protocol import predict_request
 
 FACTS = {"name": "Fake-Decision", "repo": "internlm/Intern-Decision-4B", "revision": "f" * 40,
          "inference_sha256": "e" * 64, "prompt_version": "inference.py@sha256:eeeeeeeeeeeeeeee",
@@ -93,14 +94,16 @@ class FakeModel:
                 "model_facts": {key: FACTS[key] for key in
                                 ("name", "repo", "revision", "inference_sha256", "dtype", "device")}}
 
-    async def predict_calls(self, requests: list[dict], request_id: str) -> list[CallAnswer]:
-        """Like Triton with the model: the calls run in order and the first failure ends the request."""
+    async def predict_calls(self, state: object, calls: list[dict], request_id: str) -> list[CallAnswer]:
+        """Like Triton with the model: the calls run in order, each over the one state, and the first failure ends
+        the request; `calls` records each call's predict() request."""
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         self.request_ids.append(request_id)
         try:
             answers = []
-            for request in requests:
+            for call in calls:
+                request = predict_request(state, call)
                 self.calls.append(request)
                 if self.gate is not None:
                     await self.gate.wait()

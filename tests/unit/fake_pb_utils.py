@@ -1,5 +1,8 @@
-"""A fake pb_utils whose metrics record their values and the threads that set them, and facts to publish."""
+"""A fake pb_utils whose metrics record their values and the threads that set them, facts to publish, and the
+tensors, responses and errors model.py answers with."""
 import threading
+
+import numpy as np
 
 from wire.facts import ModelFacts
 
@@ -49,3 +52,55 @@ class FakePbUtils:
     def find(self, family, **labels):
         return next(m for m in self.metrics if m.family == family and all(m.labels.get(k) == v
                                                                           for k, v in labels.items()))
+
+
+class FakeTensor:
+    def __init__(self, name, array):
+        self._name, self._array = name, array
+
+    def name(self):
+        return self._name
+
+    def as_numpy(self):
+        return self._array
+
+
+class FakeInferenceRequest:
+    def __init__(self, tensors: dict, request_id: str = "r", parameters: str = "{}"):
+        self.tensors = {name: FakeTensor(name, np.array(values, dtype=np.object_)) for name, values in tensors.items()}
+        self._request_id, self._parameters = request_id, parameters
+
+    def request_id(self):
+        return self._request_id
+
+    def parameters(self):
+        return self._parameters
+
+
+class FakeBackendUtils(FakePbUtils):
+    """Enough of pb_utils for model.py's initialize, execute and finalize; Logger keeps the lines."""
+
+    Tensor = FakeTensor
+
+    def __init__(self):
+        super().__init__()
+        lines = self.lines = []
+
+        class InferenceResponse:
+            def __init__(self, output_tensors, error=None):
+                self.output_tensors, self.error = output_tensors, error
+
+        class TritonError:
+            INVALID_ARG, UNAVAILABLE, INTERNAL = "INVALID_ARG", "UNAVAILABLE", "INTERNAL"
+
+            def __init__(self, message, code=None):
+                self.message, self.code = message, code
+
+        class Logger:
+            log_info = log_warn = log_error = staticmethod(lines.append)
+
+        self.InferenceResponse, self.TritonError, self.Logger = InferenceResponse, TritonError, Logger
+
+    @staticmethod
+    def get_input_tensor_by_name(request, name):
+        return request.tensors.get(name)

@@ -30,9 +30,9 @@ class SlowModel(FakeModel):
         super().__init__(base={"approve": 1.0})
         self.seconds = seconds
 
-    async def predict_calls(self, requests, request_id):
+    async def predict_calls(self, state, calls, request_id):
         await asyncio.sleep(self.seconds)
-        return await super().predict_calls(requests, request_id)
+        return await super().predict_calls(state, calls, request_id)
 
 
 def main() -> None:

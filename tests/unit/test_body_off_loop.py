@@ -55,7 +55,7 @@ async def test_the_triton_request_is_built_off_the_loop_and_costs_the_loop_littl
                         lambda *args: (built_on.append(threading.current_thread().name), real(*args))[1])
     state = {"readings": [0.123456789] * 82_000}
     assert len(json.dumps(state)) > 1024 * 1024
-    requests = [{"state": state, "questions": {f"q{n}": {"type": "noul"}}} for n in range(64)]
+    calls = [{"questions": {f"q{n}": {"type": "noul"}}} for n in range(64)]
 
     async def triton_answer(method, path, timeout, body=None, headers=None):
         return SimpleNamespace(status=500, headers={}, body=b'{"error": "refused in the test"}')
@@ -64,7 +64,7 @@ async def test_the_triton_request_is_built_off_the_loop_and_costs_the_loop_littl
     monkeypatch.setattr(model._inference, "request", triton_answer)
     started = time.thread_time()
     with pytest.raises(ModelFailure):
-        await model.predict_calls(requests, "r-1")
+        await model.predict_calls(state, calls, "r-1")
     loop_seconds = time.thread_time() - started
     assert built_on == ["triton-body_0"]
     assert loop_seconds < 0.005, loop_seconds
@@ -88,18 +88,17 @@ def test_mcp_never_passes_a_value_that_serializes_past_the_bound(value):
     assert not mcp_body.small(value)
 
 
-def test_the_state_travels_once_when_the_calls_share_it_and_inline_otherwise():
+@pytest.mark.parametrize("count", [1, 64])
+def test_the_state_travels_once_beside_its_calls(count):
     from shim.port import triton
     from wire import strict_json
 
-    state, other = {"s": [1.5] * 1000}, {"s": 2}
-    shared = [{"state": state, "questions": {f"q{n}": {"type": "noul"}}} for n in range(64)]
-    body, _ = triton.request_body(shared, "r")
+    state = {"s": [1.5] * 1000}
+    calls = [{"questions": {f"q{n}": {"type": "noul"}}} for n in range(count)]
+    body, _ = triton.request_body(state, calls, "r")
     assert body.count(strict_json.dumps(state)) == 1 and b'"STATE"' in body
-    assert len(body) < len(strict_json.dumps(state)) + 64 * 64  # one state plus the questions
-    for calls in ([shared[0]], [shared[0], {"state": other, "questions": {}}]):
-        body, _ = triton.request_body(calls, "r")
-        assert b'"STATE"' not in body and all(strict_json.dumps(call) in body for call in calls)
+    assert all(strict_json.dumps(call) in body for call in calls)
+    assert len(body) < len(strict_json.dumps(state)) + 64 * count + 512  # one state, the questions, the header
 
 
 async def test_the_body_worker_takes_callers_in_turn():

@@ -63,7 +63,7 @@ def test_a_call_never_holds_two_orderings_of_a_decision_and_names_its_fields_by_
         assert len(set(in_call)) == len(in_call)
         expected = ["q"] if len(call.slots) == 1 else [f"q{n}" for n in range(1, len(call.slots) + 1)]
         assert [slot.field for slot in call.slots] == expected
-        request = call.predict_request("state", asked)
+        request = call.request(asked)
         assert list(request["questions"]) == expected
         for slot in call.slots:
             assert list(request["questions"][slot.field]["criteria"]) == [option.id for option in slot.options]

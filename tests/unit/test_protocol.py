@@ -4,7 +4,15 @@ import json
 import pytest
 
 from intern_decision_model.guard import OutOfMemory, ScoringFailed
-from intern_decision_model.protocol import AnswerNotEncodable, InvalidRequest, decode_call, encode_answer, kind_of
+from intern_decision_model.protocol import (
+    AnswerNotEncodable,
+    InvalidRequest,
+    SharedState,
+    decode_call,
+    decode_state,
+    encode_answer,
+    kind_of,
+)
 from wire.protocol import Kind
 
 
@@ -13,23 +21,30 @@ def test_a_json_object_is_decoded_unchanged():
     assert decode_call(json.dumps(request, ensure_ascii=False).encode()) == request
 
 
-def test_a_call_without_its_state_takes_the_shared_state_read_afresh_and_first_as_when_it_carried_it():
+def test_a_call_without_its_state_takes_the_one_parsed_shared_state_first_as_when_it_carried_it():
     request = {"state": {"a": [1, 2.5, None], "é": "x"}, "questions": {"q": {"type": "noul"}}}
-    shared = json.dumps(request["state"], ensure_ascii=False).encode()
+    shared = decode_state(json.dumps(request["state"], ensure_ascii=False).encode())
     first = decode_call(json.dumps({"questions": request["questions"]}).encode(), shared)
     second = decode_call(json.dumps({"questions": request["questions"]}).encode(), shared)
     assert first == request == decode_call(json.dumps(request, ensure_ascii=False).encode())
-    assert list(first) == ["state", "questions"] and first["state"] is not second["state"]
+    assert list(first) == ["state", "questions"] and first["state"] is second["state"] is shared.value
 
 
-@pytest.mark.parametrize("raw, shared, message", [
-    (b'{"state": 1, "questions": {}}', b"2", "a call carries a state of its own beside the request's shared STATE"),
-    (b'{"questions": {}}', b"[NaN]", "NaN is not a JSON number"),
-    (b'{"questions": {}}', b"\xff", "the state is not UTF-8"),
-])
-def test_a_shared_state_beside_a_calls_own_or_not_strict_is_an_invalid_request(raw, shared, message):
+@pytest.mark.parametrize("state", [None, 0, "", [], {}])
+def test_a_falsy_shared_state_is_still_the_calls_state(state):
+    assert decode_call(b'{"questions": {}}', decode_state(json.dumps(state).encode())) == \
+        {"state": state, "questions": {}}
+
+
+def test_a_call_carrying_its_own_state_beside_the_shared_state_is_an_invalid_request():
+    with pytest.raises(InvalidRequest, match="a call carries a state of its own beside the request's shared STATE"):
+        decode_call(b'{"state": 1, "questions": {}}', SharedState(2))
+
+
+@pytest.mark.parametrize("raw, message", [(b"[NaN]", "NaN is not a JSON number"), (b"\xff", "the state is not UTF-8")])
+def test_a_shared_state_that_is_not_strict_json_is_an_invalid_request(raw, message):
     with pytest.raises(InvalidRequest, match=message):
-        decode_call(raw, shared)
+        decode_state(raw)
 
 
 @pytest.mark.parametrize("raw, message", [

@@ -15,11 +15,11 @@ def decision(decision_id: str, options: int = 2, orderings: str = "none") -> Dec
                     tuple(Option(f"o{k}", f"option {k}") for k in range(options)), orderings)
 
 
-def test_one_decision_is_one_call_with_field_q_and_the_callers_order():
+def test_one_decision_is_one_call_with_field_q_and_the_callers_order_and_no_state():
     calls = plan([decision("d", options=3)], 64)
     assert len(calls) == 1
-    request = calls[0].predict_request({"s": 1}, [decision("d", options=3)])
-    assert request == {"state": {"s": 1}, "questions": {"q": {
+    request = calls[0].request([decision("d", options=3)])
+    assert request == {"questions": {"q": {
         "type": "choice", "instructions": "question d?",
         "criteria": {"o0": "option 0", "o1": "option 1", "o2": "option 2"}}}}
     assert list(request["questions"]["q"]["criteria"]) == ["o0", "o1", "o2"]
@@ -37,7 +37,7 @@ def test_greedy_packing_in_request_order(count, sizes, last_fields):
     assert [call.index for call in calls] == list(range(len(sizes)))
     assert [slot.decision for call in calls for slot in call.slots] == list(range(count))
     assert [slot.field for slot in calls[-1].slots] == last_fields
-    request = calls[0].predict_request("s", decisions)
+    request = calls[0].request(decisions)
     assert list(request["questions"]) == [slot.field for slot in calls[0].slots]
     assert [q["instructions"] for q in request["questions"].values()] == [f"question d{n}?" for n in range(sizes[0])]
 
@@ -46,7 +46,7 @@ def test_decision_ids_never_reach_a_call():
     decisions = [Decision("secret-id-%d" % n, "which?", (Option("a", "A"), Option("b", "B")), "rotations")
                  for n in range(20)]
     for call in plan(decisions, 64):
-        assert "secret-id" not in repr(call.predict_request("state", decisions))
+        assert "secret-id" not in repr(call.request(decisions))
 
 
 def test_rotations_put_each_option_in_each_position_once():
@@ -74,8 +74,8 @@ def test_waves_never_repeat_a_decision_within_a_call_and_wave_0_is_the_request_a
     assert len(wave0) == 1
     assert [(slot.decision, [o.id for o in slot.options]) for slot in wave0[0].slots] == \
         [(n, [o.id for o in d.options]) for n, d in enumerate(decisions)]
-    assert wave0[0].predict_request("s", decisions) == plan(
-        [Decision(d.id, d.question, d.options) for d in decisions], 64)[0].predict_request("s", decisions)
+    assert wave0[0].request(decisions) == plan(
+        [Decision(d.id, d.question, d.options) for d in decisions], 64)[0].request(decisions)
     assert Counter(slot.decision for call in calls for slot in call.slots) == {0: 3, 1: 1, 2: 24, 3: 1}
     waves = [call.slots[0].ordering for call in calls]
     assert waves == sorted(waves)

@@ -33,7 +33,7 @@ from .shim_helpers import AUTH, decide_body, make_settings
 pytestmark = pytest.mark.anyio
 STUB_DEAD = "the model does not answer a ping: Triton answered 500: Stub process 'intern_decision_0_0' is not healthy."
 UNREACHABLE = "Triton did not answer: ConnectionRefusedError: [Errno 111] Connection refused"
-REQUEST = [{"state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}}]
+CALLS = [{"questions": {"q": {"type": "choice", "criteria": {"a": "A", "b": "B"}}}}]
 
 
 def watch_over(model: FakeModel, **options) -> ModelWatch:
@@ -53,18 +53,18 @@ async def test_tritons_own_failure_marks_the_model_down_at_once_and_later_reques
     watch = watch_over(model)
     model.fail_with = from_triton(500, "Stub process 'x' is not healthy.")
     with pytest.raises(ApiError):
-        await watch.predict_calls(REQUEST, "r1")
+        await watch.predict_calls("s", CALLS, "r1")
     assert watch.down == Problem(TRITON_ERROR, "an inference failed (Triton answered 500: Stub process 'x' is not "
                                                "healthy.); checking the model")
     model.fail_with = None
     with pytest.raises(ApiError) as refused:
-        await watch.predict_calls(REQUEST, "r2")
+        await watch.predict_calls("s", CALLS, "r2")
     assert (refused.value.status, refused.value.code) == (502, "model_unavailable")
     assert refused.value.message == watch.down.detail
     assert model.request_ids == ["r1"]
     await watch.step()  # woken by the failure: the ping answers
     assert watch.down is None
-    assert await watch.predict_calls(REQUEST, "r3")
+    assert await watch.predict_calls("s", CALLS, "r3")
 
 
 @pytest.mark.parametrize("error", [ModelFailure(Failure.INVALID, "bad"), ModelFailure(Failure.OUT_OF_MEMORY, "oom"),
@@ -74,7 +74,7 @@ async def test_the_models_own_errors_leave_it_up(error):
     watch = watch_over(model)
     model.fail_with = error
     with pytest.raises(ApiError):
-        await watch.predict_calls(REQUEST, "r1")
+        await watch.predict_calls("s", CALLS, "r1")
     assert watch.down is None
 
 
@@ -239,8 +239,8 @@ async def test_the_watch_keeps_the_words_of_what_failed_and_the_detail_for_the_l
     watch = watch_over(model)
     model.fail_with = unreachable("Triton did not answer: OSError: x ('10.1.2.3', 1)")
     with pytest.raises(ApiError):
-        await watch.predict_calls(REQUEST, "r1")
+        await watch.predict_calls("s", CALLS, "r1")
     with pytest.raises(ModelFailure) as refused:
-        await watch.predict_calls(REQUEST, "r2")
+        await watch.predict_calls("s", CALLS, "r2")
     assert refused.value.public_message == "triton unreachable"
     assert "10.1.2.3" in refused.value.message
