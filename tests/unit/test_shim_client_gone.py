@@ -105,7 +105,7 @@ async def test_a_turn_won_in_the_same_moment_the_client_goes_is_given_back_and_a
 
     async def in_the_requests_task() -> None:
         cycle.enter(request)
-        await CallRunner(FakeModel(), metrics, lock).run([{"questions": {}}], request.id)
+        await CallRunner(FakeModel(), metrics, lock).run("a state", [{"questions": {}}], request.id)
 
     with pytest.raises(ApiError) as ended:
         await asyncio.create_task(in_the_requests_task())
