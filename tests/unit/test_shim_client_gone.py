@@ -143,3 +143,22 @@ async def test_a_lock_about_to_be_handed_to_a_waiter_is_waited_for_and_the_stops
     assert await second is stop
     lock.release()
     assert not lock.locked()
+
+
+async def test_an_mcp_tool_call_whose_client_goes_while_it_waits_for_its_turn_is_never_scored(held):
+    """The SDK runs the tool outside the request's task; the request's cycle goes with it, client_gone included."""
+    _, model, metrics = held
+    app = create_app(make_settings(mcp="1"), model, metrics)
+    scoring = RawRequest(app, "/decide", decide_body(id="first"), AUTH).start()
+    await until(lambda: len(model.calls) == 1)
+    arguments = {"model": "Intern-Decision-4B", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}}
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "system_one",
+                                                                             "arguments": arguments}}
+    waiting = RawRequest(app, "/mcp", message, {**AUTH, "Accept": "application/json, text/event-stream",
+                                                "MCP-Protocol-Version": "2025-11-25"}).start()
+    await until(lambda: queued(metrics) == 1)
+    waiting.leave.set()
+    await asyncio.wait_for(waiting.task, 2)
+    model.gate.set()
+    await asyncio.wait_for(scoring.task, 2)
+    assert len(model.calls) == 1 and gone_count(metrics) == 1 and queued(metrics) == 0
