@@ -111,7 +111,8 @@ class Service(NamedTuple):
     limits: ConnectionLimits
 
 
-def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain) -> list[Middleware]:
+def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain,
+                     openapi: dict) -> list[Middleware]:
     return [
         # Outside the last-resort 500, so that its answer has the request id, the access line and the conventions.
         Middleware(RequestId),
@@ -124,7 +125,7 @@ def middleware_stack(settings: ShimSettings, metrics: ShimMetrics, drain: Drain)
         # The contract's order for a POST: a refused one takes no slot.
         Middleware(BearerAuth,
                    tokens=AcceptedTokens(settings.api_token, settings.api_token_next, settings.api_keys),
-                   authenticated_paths=secured_gets(openapi_document()) | {MCP_PATH}),
+                   authenticated_paths=secured_gets(openapi) | {MCP_PATH}),
         Middleware(RefuseWhileDraining, drain=drain),
         Middleware(KnownEncoding),
         Middleware(Admission, share=queue_share(settings), drain=drain,
@@ -168,7 +169,7 @@ def build_service(settings: ShimSettings, model: Model | None = None, metrics: S
             *([Route(MCP_PATH, mcp, methods=["POST"])] if mcp is not None else []),
             *(playground_routes() if settings.playground else []),
         ],
-        middleware=middleware_stack(settings, metrics, drain),
+        middleware=middleware_stack(settings, metrics, drain, openapi),
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan_of(watch, health_check, mcp),
     )

@@ -24,7 +24,7 @@ class BearerAuth:
         if guarded:
             caller = bearer_caller(Headers(scope=scope), self._tokens)
             if caller is None:
-                await refuse(scope, receive, send, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+                await refuse(scope, receive, send, UNAUTHORIZED)
                 return
             scope[CALLER] = caller
         await self.app(scope, receive, send)

@@ -18,7 +18,8 @@ class Routes(Enum):
 
 class PublicError(NamedTuple):
     """words: a fixed message (None: it names what was refused); sent: False when only logged and counted;
-    error_type: System One's word (a 422 carries FastAPI's detail instead)."""
+    error_type: System One's word (a 422 carries FastAPI's detail instead); routes: a Routes rule, or the OpenAPI
+    paths of the only routes that answer it."""
 
     status: int
     code: str
@@ -30,7 +31,8 @@ class PublicError(NamedTuple):
     by_balancer: bool = False
     sent: bool = True
     error_type: str = "invalid_request_error"
-    routes: Routes | None = Routes.POST
+    routes: Routes | tuple[str, ...] | None = Routes.POST
+    challenges: bool = False  # WWW-Authenticate: Bearer
 
     @property
     def phrase(self) -> str:
@@ -40,6 +42,8 @@ class PublicError(NamedTuple):
         headers = {}
         if self.retry_after or (system_one and self.retry_after_on_system_one):
             headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        if self.challenges:
+            headers["WWW-Authenticate"] = "Bearer"
         if self.closes:
             headers["Connection"] = "close"
         return headers
@@ -54,7 +58,7 @@ TOO_MANY_CONNECTIONS = PublicError(503, "too_many_connections", retry_after=True
 # The edge's, in the order a POST meets them.
 UNSUPPORTED_TRANSFER_ENCODING = PublicError(501, "unsupported_transfer_encoding", closes=True)
 UNAUTHORIZED = PublicError(401, "unauthorized", "missing or wrong bearer token", by_balancer=True,
-                           error_type="authentication_error", routes=Routes.TOKEN)
+                           error_type="authentication_error", routes=Routes.TOKEN, challenges=True)
 DRAINING = PublicError(503, "draining",
                        "this replica is shutting down and had not started this request; retry (another replica)",
                        retry_after=True, closes=True, error_type="overloaded_error")

@@ -10,15 +10,17 @@ from .envelope import code_schema, envelope, is_system_one
 ENVELOPES = ("Error", "SystemOneError")
 
 
-def answers(routes: Routes | None, method: str, operation: dict) -> bool:
+def answers(routes: Routes | tuple[str, ...] | None, path: str, method: str, operation: dict) -> bool:
+    if isinstance(routes, tuple):
+        return path in routes
     return (routes is Routes.EVERY or (routes is Routes.TOKEN and bool(operation["security"]))
             or (routes is Routes.POST and method == "post"))
 
 
-def errors_of(method: str, operation: dict) -> dict[int, list[PublicError]]:
+def errors_of(path: str, method: str, operation: dict) -> dict[int, list[PublicError]]:
     by_status: dict[int, list[PublicError]] = {}
     for error in REGISTRY:
-        if answers(error.routes, method, operation):
+        if answers(error.routes, path, method, operation):
             by_status.setdefault(error.status, []).append(error)
     return by_status
 
@@ -45,7 +47,7 @@ def served(committed: dict) -> dict:
 
 def responses(path: str, method: str, operation: dict) -> dict:
     """Its own below 400, then each status the registry gives it."""
-    by_status = errors_of(method, operation)
+    by_status = errors_of(path, method, operation)
     written = operation["responses"]
     unanswered = sorted(int(status) for status in written if int(status) >= 400 and int(status) not in by_status)
     if unanswered:
@@ -70,8 +72,9 @@ def generated(path: str, errors: list[PublicError]) -> dict:
     headers = {"X-Request-Id": {"$ref": "#/components/headers/X-Request-Id"}}
     if system_one:
         headers["x-typesafe-request-id"] = {"$ref": "#/components/headers/x-typesafe-request-id"}
-    if any("Retry-After" in error.headers(system_one) for error in errors):
-        headers["Retry-After"] = {"$ref": "#/components/headers/Retry-After"}
+    for name in ("Retry-After", "WWW-Authenticate"):
+        if any(name in error.headers(system_one) for error in errors):
+            headers[name] = {"$ref": f"#/components/headers/{name}"}
     first = errors[0]
     example = envelope(first, first.words or first.phrase, system_one=system_one)
     return {"description": "; ".join(f"{error.words or error.phrase} ({error.code})" for error in errors),

@@ -21,13 +21,26 @@ COMMITTED = json.loads(OPENAPI_PATH.read_bytes())
 DOC = openapi_document()
 # What the code can answer on a POST route: every code of the registry the shim sends, but the routing's 404 and 405
 # (any path's, in the envelope's codes); the model's kinds among them.
-POST_ERRORS = {(error.status, error.code) for error in error_codes.REGISTRY
-               if error.by_shim and error.sent and error not in error_codes.HTTP_CODES.values()}
+def post_errors(path: str) -> set[tuple[int, str]]:
+    """An error of some routes only (its routes a tuple of paths) on those."""
+    return {(error.status, error.code) for error in error_codes.REGISTRY
+            if error.by_shim and error.sent and error not in error_codes.HTTP_CODES.values()
+            and (not isinstance(error.routes, tuple) or path in error.routes)}
+
+
+POST_ERRORS = post_errors("")
 assert {(Failure.of(kind).error.status, Failure.of(kind).error.code) for kind in Kind} <= POST_ERRORS
 # Which operations each error's routes name, written apart from the code's own rule (shim/errors/openapi.py).
-ON = {error_codes.Routes.EVERY: lambda method, operation: True,
-      error_codes.Routes.TOKEN: lambda method, operation: operation["security"] == [{"bearerAuth": []}],
-      error_codes.Routes.POST: lambda method, operation: method == "POST"}
+ON = {error_codes.Routes.EVERY: lambda path, method, operation: True,
+      error_codes.Routes.TOKEN: lambda path, method, operation: operation["security"] == [{"bearerAuth": []}],
+      error_codes.Routes.POST: lambda path, method, operation: method == "POST"}
+
+
+def on(routes, path: str, method: str, operation: dict) -> bool:
+    if isinstance(routes, tuple):
+        return path in routes
+    assert routes in ON, f"{routes}: add its rule to ON in tests/unit/test_openapi.py, apart from the code's"
+    return ON[routes](path, method, operation)
 
 
 def validator(schema: dict):
@@ -41,10 +54,10 @@ def operations():
             yield path, method.upper(), operation
 
 
-def registry_errors(method: str, operation: dict) -> set[tuple[int, str]]:
+def registry_errors(path: str, method: str, operation: dict) -> set[tuple[int, str]]:
     """The (status, code) pairs of the registry's errors whose routes take in the operation."""
     return {(error.status, error.code) for error in error_codes.REGISTRY
-            if error.routes is not None and ON[error.routes](method, operation)}
+            if error.routes is not None and on(error.routes, path, method, operation)}
 
 
 def served_routes() -> set[tuple[str, str]]:
@@ -87,16 +100,18 @@ def test_each_operation_documents_its_own_answers_and_the_registrys_statuses():
         own = {int(status) for status in COMMITTED["paths"][path][method.lower()]["responses"] if int(status) < 400}
         assert 200 in own, (method, path)
         assert {int(status) for status in operation["responses"]} == \
-            own | {status for status, _ in registry_errors(method, operation)}, (method, path)
+            own | {status for status, _ in registry_errors(path, method, operation)}, (method, path)
 
 
 def test_posts_document_every_status_and_code_the_code_can_answer():
     for path, method, operation in operations():
         responses = operation["responses"]
         if method == "POST":
-            assert {status for status, _ in registry_errors(method, operation)} == {status for status, _ in POST_ERRORS}
-            for status in {status for status, _ in POST_ERRORS}:
-                codes = [code for answered, code in sorted(POST_ERRORS) if answered == status]
+            expected = post_errors(path)
+            assert {status for status, _ in registry_errors(path, method, operation)} == {
+                status for status, _ in expected}
+            for status in {status for status, _ in expected}:
+                codes = [code for answered, code in sorted(expected) if answered == status]
                 content = responses[str(status)]["content"]["application/json"]
                 documented = content["schema"]["properties"]["error"]["properties"]["code"]
                 assert documented == ({"const": codes[0]} if len(codes) == 1 else {"enum": documented["enum"]})
@@ -122,7 +137,7 @@ def test_each_operation_documents_the_codes_the_registry_gives_its_routes_and_no
     for path, method, operation in operations():
         documented = {(int(status), code) for status, response in operation["responses"].items()
                       if int(status) >= 400 for code in documented_codes(response)}
-        assert documented == registry_errors(method, operation), (path, method)
+        assert documented == registry_errors(path, method, operation), (path, method)
 
 
 def test_the_committed_document_restates_no_code_the_registry_gives():
@@ -164,7 +179,8 @@ def test_every_response_documents_the_request_id_and_the_refusals_their_headers(
                 assert response["headers"]["x-typesafe-request-id"] == {
                     "$ref": "#/components/headers/x-typesafe-request-id"}, (path, status)
         if operation["security"]:
-            assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]
+            assert "WWW-Authenticate" in operation["responses"]["401"]["headers"], (
+                f"{method} {path}: its 401 names no WWW-Authenticate header (shim/errors/openapi.py, generated)")
         if method == "POST":
             assert "Retry-After" in operation["responses"]["429"]["headers"]
             assert "Retry-After" in operation["responses"]["503"]["headers"]  # a draining replica's
@@ -218,3 +234,14 @@ def test_the_system_one_examples_are_real_checks():
     assert not validator(answer).is_valid({"type": "noul", "noul": 0.5, "confidence": 0.5, "native": {}})
     invalid = operation["responses"]["422"]["content"]["application/json"]
     assert not validator(invalid["schema"]).is_valid({"error": invalid["example"]["error"]})
+
+
+def test_an_error_some_routes_answer_is_documented_on_those_alone(monkeypatch):
+    from shim.errors import openapi as openapi_module
+
+    only = error_codes.PublicError(404, "workload_not_found", routes=("/decide", "/decide/shared"))
+    monkeypatch.setattr(openapi_module, "REGISTRY", (*error_codes.REGISTRY, only))
+    document = served(COMMITTED)
+    documented = {path for path, methods in document["paths"].items() for operation in methods.values()
+                  if "workload_not_found" in json.dumps(operation["responses"].get("404", {}))}
+    assert documented == {"/decide", "/decide/shared"}
