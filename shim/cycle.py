@@ -30,6 +30,7 @@ class Usage:
 class Cycle:
     id: str
     usage: Usage = field(default_factory=Usage)
+    key: str | None = None  # the accepted token's name (shim/callers.py)
     caller: Hashable = None  # the model's turns are taken by caller
     drain: Drain | None = None
     scoring: bool = False

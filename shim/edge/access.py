@@ -11,7 +11,6 @@ from .. import cycle
 from ..callers import UNNAMED
 from ..errors.codes import CLIENT_GONE
 from ..metrics import ShimMetrics
-from .auth import CALLER
 
 log = logging.getLogger("intern_decision.shim.access")
 
@@ -26,7 +25,7 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        usage = cycle.current().usage
+        request = cycle.of_scope(scope)
         status: int | None = None
 
         async def send_noting_status(message: Message) -> None:
@@ -46,9 +45,9 @@ class AccessLog:
             seconds = time.perf_counter() - started
             self._metrics.in_flight.dec()
             route = self._metrics.route_of(scope["path"])
-            self._metrics.answered(route, status, seconds, scope.get(CALLER, UNNAMED))
+            key = request.key or UNNAMED
+            self._metrics.answered(route, status, seconds, key)
             log.info("%s %s %d", scope["method"], route, status,
                      extra={"method": scope["method"], "route": route, "status": status,
-                            "duration_ms": round(seconds * 1000, 3), "calls": usage.calls,
-                            "caller": scope.get(CALLER, UNNAMED),
-                            "input_tokens": usage.input_tokens})
+                            "duration_ms": round(seconds * 1000, 3), "calls": request.usage.calls,
+                            "caller": key, "input_tokens": request.usage.input_tokens})

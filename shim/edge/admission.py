@@ -12,7 +12,6 @@ from ..cycle import Cycle
 from ..drain import Drain
 from ..errors.answer import refuse
 from ..errors.codes import BUSY
-from .auth import CALLER
 from .posts import is_post
 from .queue_share import QueueAdmission, QueueShare
 
@@ -37,8 +36,8 @@ class Admission:
             return
         client = scope.get("client")
         peer = client[0] if client else None
-        caller = scope.get(CALLER) if self._named_callers else self._share.source(peer)
         cycle = cycles.of_scope(scope)
+        caller = cycle.key if self._named_callers else self._share.source(peer)
         if self._over_key_share(caller):
             await refuse(scope, receive, send, BUSY, f"the caller {caller!r} already holds "
                          f"{self._key_shares[caller]} requests queued or scoring, its share, while another caller "

@@ -5,12 +5,11 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .. import cycle
 from ..errors.answer import refuse
 from ..errors.codes import UNAUTHORIZED
 from .posts import is_post
 from .tokens import AcceptedTokens, bearer_caller
-
-CALLER = "intern_decision.caller"  # the scope's key for the accepted token's caller
 
 
 class BearerAuth:
@@ -26,5 +25,5 @@ class BearerAuth:
             if caller is None:
                 await refuse(scope, receive, send, UNAUTHORIZED)
                 return
-            scope[CALLER] = caller
+            cycle.of_scope(scope).key = caller
         await self.app(scope, receive, send)
