@@ -101,7 +101,7 @@ def test_clients_gone_mid_call_and_while_queued_release_their_slots_and_the_lock
     time.sleep(0.3)
     gone(0.0, 0.3)  # queued behind the first one's lock when it leaves
     mid_call.join()
-    # The one already scoring finishes; the one queued is never scored (shim/client_gone.py); both slots are freed.
+    # The one already scoring finishes; the one queued is never scored (shim/cycle.py); both slots are freed.
     settled_call_counts(triton, before, {**NO_CALLS, "ok": 1}, timeout=30)
     assert_queue_is_free(shim)
 
