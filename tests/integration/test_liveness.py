@@ -38,9 +38,12 @@ def verdict(server: TritonServer, timeout: float = PING_TIMEOUT):
     return liveness(server.http_url, server.metrics_url, MODEL, server.api_key, timeout)
 
 
-def finished(server: TritonServer) -> float:
-    count = read_finished_calls(server.metrics_url, MODEL)
-    assert count is not None, "Triton's metrics carry no intern_decision_calls_total"
+def finished(server: TritonServer, seconds: float = 10) -> float:
+    """A scrape of a loaded machine may time out once: the count must be read within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while (count := read_finished_calls(server.metrics_url, MODEL)) is None:
+        assert time.monotonic() < deadline, "Triton's metrics carry no intern_decision_calls_total"
+        time.sleep(0.2)
     return count
 
 
